@@ -1,0 +1,820 @@
+"""The subscription language: text form, expression tree, and the normal form matchers index.
+
+Owns everything between the text a user types and the conjuncts an index stores:
+
+* the tokenizer and recursive-descent parser for the text form
+  (``price < 100 and category in ('books', 'music') and not (brand = 'acme' or stock <= 0)``);
+* the expression tree (:class:`Comparison`, :class:`And`, :class:`Or`, :class:`Not`) with
+  a direct three-valued evaluation, the reference the tests hold every matcher to;
+* normalisation to disjunctive normal form: ``not`` is pushed into the complementary
+  operator, each conjunct keeps at most one :class:`Predicate` per attribute (several
+  predicates on one attribute are intersected into one set of intervals), conjuncts that
+  can never be true are dropped, and an expression with nothing left is rejected.
+
+A normalised predicate is a union of disjoint intervals over one value kind (numbers,
+strings or booleans) plus, for strings, residual ``like`` patterns that are not intervals
+(suffix and contains). Every operator maps onto that shape, which is what lets one
+predicate-space tree per attribute serve them all.
+
+Errors are :class:`index.errors.ExpressionError` (a ``ValueError``) naming the position.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from enum import IntEnum
+from itertools import product
+from typing import Union
+
+from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
+
+MAX_CONJUNCTS = 64
+"""Most conjuncts a subscription may have after normalisation to DNF."""
+MAX_PREDICATES = 256
+"""Most comparisons an expression may contain, and most values in one ``in`` list."""
+MAX_DEPTH = 64
+"""Deepest nesting of parentheses and ``not``."""
+MAX_TEXT = 65_536
+"""Longest expression text, in characters."""
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_CODE_POINT = 0x10FFFF
+
+
+class Kind(IntEnum):
+    """The value kinds. An attribute's value in an event has exactly one."""
+
+    NUMBER = 0
+    STRING = 1
+    BOOL = 2
+
+
+Value = Union[int, float, str, bool]
+
+
+def kind_of(value: Value) -> Kind:
+    """The kind of an (already validated) scalar value. Booleans are not numbers."""
+    if isinstance(value, bool):
+        return Kind.BOOL
+    if isinstance(value, str):
+        return Kind.STRING
+    return Kind.NUMBER
+
+
+# --------------------------------------------------------------------------- tokens
+
+_TOKEN_RE = re.compile(
+    r"""
+    (?P<ws>\s+)
+  | (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]+)*)
+  | (?P<quoted_name>`(?:[^`]|``)*`)
+  | (?P<string>'|")
+  | (?P<op><>|!=|==|<=|>=|=|<|>|\(|\)|,)
+    """,
+    re.VERBOSE,
+)
+
+_KEYWORDS = frozenset({"and", "or", "not", "in", "between", "like", "true", "false"})
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str  # "name", "keyword", "number", "string", "op", "end"
+    text: str
+    value: object
+    position: int
+
+
+def _read_string(text: str, start: int) -> tuple[str, int]:
+    """Read a quoted string whose opening quote is at ``start``; return (value, end)."""
+    quote = text[start]
+    out: list[str] = []
+    i = start + 1
+    while i < len(text):
+        ch = text[i]
+        if ch == quote:
+            return "".join(out), i + 1
+        if ch == "\\":
+            if i + 1 >= len(text):
+                break
+            esc = text[i + 1]
+            if esc in _ESCAPES:
+                out.append(_ESCAPES[esc])
+                i += 2
+            elif esc == "u":
+                digits = text[i + 2 : i + 6]
+                if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+                    raise ExpressionError("\\u must be followed by 4 hex digits", text, i)
+                out.append(chr(int(digits, 16)))
+                i += 6
+            else:
+                raise ExpressionError(f"unknown escape \\{esc}", text, i)
+        else:
+            out.append(ch)
+            i += 1
+    raise ExpressionError("unterminated string", text, start)
+
+
+def _number(literal: str, text: str, position: int) -> int | float:
+    if re.fullmatch(r"[-+]?\d+", literal):
+        value = int(literal)
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise ExpressionError(
+                f"integer {literal} is outside the 64-bit signed range", text, position
+            )
+        return value
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ExpressionError(f"number {literal} is not a finite float", text, position)
+    return number
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    i = 0
+    while i < len(text):
+        if text[i] in "'\"":
+            value, end = _read_string(text, i)
+            tokens.append(_Token("string", text[i:end], value, i))
+            i = end
+            continue
+        m = _TOKEN_RE.match(text, i)
+        if m is None:
+            raise ExpressionError(f"unexpected character {text[i]!r}", text, i)
+        group = m.lastgroup
+        lexeme = m.group()
+        if group == "number":
+            # A sign glued to a number after a value is a binary operator we don't have.
+            tokens.append(_Token("number", lexeme, _number(lexeme, text, i), i))
+        elif group == "name":
+            lower = lexeme.lower()
+            if lower in _KEYWORDS:
+                tokens.append(_Token("keyword", lower, lower, i))
+            else:
+                tokens.append(_Token("name", lexeme, lexeme, i))
+        elif group == "quoted_name":
+            name = lexeme[1:-1].replace("``", "`")
+            if not name:
+                raise ExpressionError("empty attribute name", text, i)
+            tokens.append(_Token("name", lexeme, name, i))
+        elif group == "op":
+            tokens.append(_Token("op", lexeme, lexeme, i))
+        i = m.end()
+    tokens.append(_Token("end", "", None, len(text)))
+    return tokens
+
+
+# --------------------------------------------------------------------------- tree
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One comparison as written: ``attribute op values``.
+
+    ``op`` is one of ``= != < <= > >= in notin between notbetween like notlike``;
+    ``values`` holds one value, the ``in`` list, the two ``between`` bounds, or the
+    ``like`` pattern.
+    """
+
+    attribute: str
+    op: str
+    values: tuple[Value, ...]
+    position: int = 0
+
+    def evaluate(self, event: dict[str, Value]) -> bool | None:
+        """Three-valued truth on a flattened event: ``None`` when unknown."""
+        if self.attribute not in event:
+            return None
+        value = event[self.attribute]
+        if kind_of(value) is not kind_of(self.values[0]):
+            return None
+        op, vals = self.op, self.values
+        if op == "=":
+            return value == vals[0]
+        if op == "!=":
+            return value != vals[0]
+        if op == "<":
+            return value < vals[0]  # type: ignore[operator]
+        if op == "<=":
+            return value <= vals[0]  # type: ignore[operator]
+        if op == ">":
+            return value > vals[0]  # type: ignore[operator]
+        if op == ">=":
+            return value >= vals[0]  # type: ignore[operator]
+        if op in ("in", "notin"):
+            return (value in vals) == (op == "in")
+        if op in ("between", "notbetween"):
+            inside = vals[0] <= value <= vals[1]  # type: ignore[operator]
+            return inside == (op == "between")
+        assert op in ("like", "notlike")
+        return _like(str(value), str(vals[0])) == (op == "like")
+
+
+@dataclass(frozen=True, slots=True)
+class And:
+    children: tuple[Expression, ...]
+
+    def evaluate(self, event: dict[str, Value]) -> bool | None:
+        result: bool | None = True
+        for child in self.children:
+            truth = child.evaluate(event)
+            if truth is False:
+                return False
+            if truth is None:
+                result = None
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Or:
+    children: tuple[Expression, ...]
+
+    def evaluate(self, event: dict[str, Value]) -> bool | None:
+        result: bool | None = False
+        for child in self.children:
+            truth = child.evaluate(event)
+            if truth is True:
+                return True
+            if truth is None:
+                result = None
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    child: Expression
+
+    def evaluate(self, event: dict[str, Value]) -> bool | None:
+        truth = self.child.evaluate(event)
+        return None if truth is None else not truth
+
+
+Expression = Union[Comparison, And, Or, Not]
+
+
+def _like(value: str, pattern: str) -> bool:
+    """SQL ``like`` restricted to the language's forms: abc, abc%, %abc, %abc%."""
+    if len(pattern) >= 2 and pattern.startswith("%") and pattern.endswith("%"):
+        return pattern[1:-1] in value
+    if pattern.startswith("%"):
+        return value.endswith(pattern[1:])
+    if pattern.endswith("%"):
+        return value.startswith(pattern[:-1])
+    return value == pattern
+
+
+# --------------------------------------------------------------------------- parser
+
+_COMPLEMENT = {
+    "=": "!=",
+    "!=": "=",
+    "<": ">=",
+    ">=": "<",
+    ">": "<=",
+    "<=": ">",
+    "in": "notin",
+    "notin": "in",
+    "between": "notbetween",
+    "notbetween": "between",
+    "like": "notlike",
+    "notlike": "like",
+}
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.i = 0
+        self.comparisons = 0
+
+    @property
+    def tok(self) -> _Token:
+        return self.tokens[self.i]
+
+    def error(self, message: str, token: _Token | None = None) -> ExpressionError:
+        token = token or self.tok
+        return ExpressionError(message, self.text, token.position)
+
+    def describe(self, token: _Token) -> str:
+        return "end of expression" if token.kind == "end" else repr(token.text)
+
+    def accept_keyword(self, word: str) -> bool:
+        if self.tok.kind == "keyword" and self.tok.value == word:
+            self.i += 1
+            return True
+        return False
+
+    def expect_op(self, op: str) -> None:
+        if self.tok.kind == "op" and self.tok.value == op:
+            self.i += 1
+            return
+        raise self.error(f"expected {op!r} but found {self.describe(self.tok)}")
+
+    def parse(self) -> Expression:
+        if not self.text.strip():
+            raise ExpressionError("empty expression", self.text, 0)
+        expr = self.parse_or(0)
+        if self.tok.kind != "end":
+            raise self.error(f"unexpected {self.describe(self.tok)} after a complete expression")
+        return expr
+
+    def parse_or(self, depth: int) -> Expression:
+        children = [self.parse_and(depth)]
+        while self.accept_keyword("or"):
+            children.append(self.parse_and(depth))
+        return children[0] if len(children) == 1 else Or(tuple(children))
+
+    def parse_and(self, depth: int) -> Expression:
+        children = [self.parse_not(depth)]
+        while self.accept_keyword("and"):
+            children.append(self.parse_not(depth))
+        return children[0] if len(children) == 1 else And(tuple(children))
+
+    def parse_not(self, depth: int) -> Expression:
+        if depth > MAX_DEPTH:
+            raise ExpressionLimitError(
+                f"expression nested deeper than {MAX_DEPTH} levels", self.text, self.tok.position
+            )
+        if self.accept_keyword("not"):
+            return Not(self.parse_not(depth + 1))
+        if self.tok.kind == "op" and self.tok.value == "(":
+            self.i += 1
+            expr = self.parse_or(depth + 1)
+            self.expect_op(")")
+            return expr
+        return self.parse_comparison()
+
+    def parse_value(self) -> Value:
+        tok = self.tok
+        if tok.kind in ("number", "string"):
+            self.i += 1
+            return tok.value  # type: ignore[return-value]
+        if tok.kind == "keyword" and tok.value in ("true", "false"):
+            self.i += 1
+            return tok.value == "true"
+        raise self.error(
+            f"expected a value (number, quoted string, true or false) "
+            f"but found {self.describe(tok)}"
+        )
+
+    def parse_comparison(self) -> Comparison:
+        name_tok = self.tok
+        if name_tok.kind != "name":
+            raise self.error(f"expected an attribute name but found {self.describe(name_tok)}")
+        self.i += 1
+        self.comparisons += 1
+        if self.comparisons > MAX_PREDICATES:
+            raise ExpressionLimitError(
+                f"more than {MAX_PREDICATES} comparisons in one expression",
+                self.text,
+                name_tok.position,
+            )
+        attribute = str(name_tok.value)
+        op_tok = self.tok
+        negated = self.accept_keyword("not")
+        if self.accept_keyword("in"):
+            op, values = "in", self.parse_list()
+        elif self.accept_keyword("between"):
+            low = self.parse_value()
+            if not self.accept_keyword("and"):
+                raise self.error(f"expected 'and' in between but found {self.describe(self.tok)}")
+            op, values = "between", (low, self.parse_value())
+        elif self.accept_keyword("like"):
+            pattern_tok = self.tok
+            pattern = self.parse_value()
+            if not isinstance(pattern, str):
+                raise self.error("like needs a quoted string pattern", pattern_tok)
+            _check_like_pattern(pattern, self.text, pattern_tok.position)
+            op, values = "like", (pattern,)
+        elif negated:
+            raise self.error(f"expected in, between or like after 'not' but found "
+                             f"{self.describe(self.tok)}")
+        elif op_tok.kind == "op" and op_tok.value in ("=", "==", "!=", "<>", "<", "<=", ">", ">="):
+            self.i += 1
+            op = {"==": "=", "<>": "!="}.get(str(op_tok.value), str(op_tok.value))
+            values = (self.parse_value(),)
+        else:
+            raise self.error(
+                f"expected an operator after {attribute!r} but found {self.describe(op_tok)}"
+            )
+        if negated:
+            op = _COMPLEMENT[op]
+        _check_types(attribute, op, values, self.text, op_tok.position)
+        return Comparison(attribute, op, values, name_tok.position)
+
+    def parse_list(self) -> tuple[Value, ...]:
+        self.expect_op("(")
+        values = [self.parse_value()]
+        while self.tok.kind == "op" and self.tok.value == ",":
+            self.i += 1
+            values.append(self.parse_value())
+            if len(values) > MAX_PREDICATES:
+                raise ExpressionLimitError(
+                    f"more than {MAX_PREDICATES} values in one in-list", self.text, self.tok.position
+                )
+        self.expect_op(")")
+        return tuple(values)
+
+
+def _check_like_pattern(pattern: str, text: str, position: int) -> None:
+    inner = pattern
+    if len(inner) >= 2 and inner.startswith("%") and inner.endswith("%"):
+        inner = inner[1:-1]
+    elif inner.startswith("%"):
+        inner = inner[1:]
+    elif inner.endswith("%"):
+        inner = inner[:-1]
+    if "%" in inner or "_" in inner:
+        raise ExpressionError(
+            "like supports 'abc%' (prefix), '%abc' (suffix) and '%abc%' (contains) only; "
+            "'%' and '_' may not appear elsewhere in the pattern",
+            text,
+            position,
+        )
+
+
+def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, pos: int) -> None:
+    kinds = {kind_of(v) for v in values}
+    if len(kinds) > 1:
+        raise ExpressionError(
+            f"values compared with {attribute!r} mix kinds "
+            f"({', '.join(sorted(k.name.lower() for k in kinds))}); all must be numbers, "
+            "all strings or all booleans",
+            text,
+            pos,
+        )
+    kind = kinds.pop()
+    if kind is Kind.BOOL and op not in ("=", "!=", "in", "notin"):
+        raise ExpressionError(
+            f"booleans can only be compared with =, !=, in and not in, not {op}", text, pos
+        )
+
+
+# --------------------------------------------------------------------------- normal form
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """An interval of one kind's order; ``None`` bounds are unbounded."""
+
+    lo: Value | None
+    lo_closed: bool
+    hi: Value | None
+    hi_closed: bool
+
+    def contains(self, value: Value) -> bool:
+        if self.lo is not None and (value < self.lo or (value == self.lo and not self.lo_closed)):  # type: ignore[operator]
+            return False
+        return not (
+            self.hi is not None and (value > self.hi or (value == self.hi and not self.hi_closed))  # type: ignore[operator]
+        )
+
+    @property
+    def is_point(self) -> bool:
+        return self.lo is not None and self.lo == self.hi and self.lo_closed and self.hi_closed
+
+
+_EVERYTHING = (Interval(None, False, None, False),)
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """A string test that is not an interval: ``suffix`` or ``contains``, maybe negated."""
+
+    form: str
+    text: str
+    negated: bool
+
+    def test(self, value: str) -> bool:
+        hit = value.endswith(self.text) if self.form == "suffix" else self.text in value
+        return hit != self.negated
+
+
+@dataclass(frozen=True, slots=True)
+class Predicate:
+    """All of one conjunct's conditions on one attribute, merged.
+
+    True on an event when the attribute is present with a value of ``kind`` that lies
+    in one of ``intervals`` (sorted, disjoint, non-empty) and passes every pattern.
+    """
+
+    attribute: str
+    kind: Kind
+    intervals: tuple[Interval, ...]
+    patterns: tuple[Pattern, ...] = ()
+
+    def test(self, value: Value) -> bool:
+        """Truth for a value already known to be of ``kind``. Cost O(log intervals)."""
+        if not any(interval.contains(value) for interval in self.intervals):
+            return False
+        return all(p.test(value) for p in self.patterns)  # type: ignore[arg-type]
+
+    def evaluate(self, event: dict[str, Value]) -> bool:
+        """True when the event satisfies the predicate (unknown counts as not true)."""
+        value = event.get(self.attribute)
+        return value is not None and kind_of(value) is self.kind and self.test(value)
+
+    @property
+    def operator_rank(self) -> tuple[int, int]:
+        """The paper's fallback selectivity order, smaller is more selective:
+        = , in, between, range, !=, not in, anything; then fewer intervals first."""
+        ivs = self.intervals
+        if all(iv.is_point for iv in ivs):
+            rank = 0 if len(ivs) == 1 else 1
+        elif ivs[0].lo is not None and ivs[-1].hi is not None:
+            rank = 2
+        elif len(ivs) == 1 and (ivs[0].lo is not None or ivs[0].hi is not None):
+            rank = 3
+        elif len(ivs) == 1:
+            rank = 6
+        else:
+            rank = 4 if len(ivs) == 2 else 5
+        return rank, len(ivs)
+
+
+@dataclass(frozen=True, slots=True)
+class Conjunct:
+    """A conjunction of predicates on distinct attributes, sorted by attribute."""
+
+    predicates: tuple[Predicate, ...]
+
+    def evaluate(self, event: dict[str, Value]) -> bool:
+        return all(p.evaluate(event) for p in self.predicates)
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A parsed subscription: its text, its expression tree and its DNF."""
+
+    text: str
+    expression: Expression
+    conjuncts: tuple[Conjunct, ...]
+
+    def evaluate(self, event: dict[str, Value]) -> bool:
+        """True when some conjunct is true on the flattened event. Cost O(predicates)."""
+        return any(c.evaluate(event) for c in self.conjuncts)
+
+    @property
+    def predicate_count(self) -> int:
+        return sum(len(c.predicates) for c in self.conjuncts)
+
+
+def _normalise_intervals(intervals: list[Interval]) -> tuple[Interval, ...]:
+    """Sort and merge overlapping or touching intervals; drop empty ones."""
+
+    def lo_key(iv: Interval) -> tuple:
+        return (0,) if iv.lo is None else (1, iv.lo, 0 if iv.lo_closed else 1)
+
+    kept = [iv for iv in intervals if not _is_empty(iv)]
+    kept.sort(key=lo_key)
+    merged: list[Interval] = []
+    for iv in kept:
+        if merged:
+            last = merged[-1]
+            touches = (
+                last.hi is None
+                or iv.lo is None
+                or iv.lo < last.hi  # type: ignore[operator]
+                or (iv.lo == last.hi and (iv.lo_closed or last.hi_closed))
+            )
+            if touches:
+                if last.hi is None or (iv.hi is not None and (
+                    iv.hi < last.hi or (iv.hi == last.hi and not iv.hi_closed)  # type: ignore[operator]
+                )):
+                    continue
+                merged[-1] = Interval(last.lo, last.lo_closed, iv.hi, iv.hi_closed)
+                continue
+        merged.append(iv)
+    return tuple(merged)
+
+
+def _is_empty(iv: Interval) -> bool:
+    if iv.lo is None or iv.hi is None:
+        return False
+    if iv.lo > iv.hi:  # type: ignore[operator]
+        return True
+    return iv.lo == iv.hi and not (iv.lo_closed and iv.hi_closed)
+
+
+def _intersect(a: tuple[Interval, ...], b: tuple[Interval, ...]) -> tuple[Interval, ...]:
+    out: list[Interval] = []
+    for x in a:
+        for y in b:
+            lo, lo_closed = _max_lo(x, y)
+            hi, hi_closed = _min_hi(x, y)
+            out.append(Interval(lo, lo_closed, hi, hi_closed))
+    return _normalise_intervals(out)
+
+
+def _max_lo(x: Interval, y: Interval) -> tuple[Value | None, bool]:
+    if x.lo is None:
+        return y.lo, y.lo_closed
+    if y.lo is None or x.lo > y.lo:  # type: ignore[operator]
+        return x.lo, x.lo_closed
+    if y.lo > x.lo:  # type: ignore[operator]
+        return y.lo, y.lo_closed
+    return x.lo, x.lo_closed and y.lo_closed
+
+
+def _min_hi(x: Interval, y: Interval) -> tuple[Value | None, bool]:
+    if x.hi is None:
+        return y.hi, y.hi_closed
+    if y.hi is None or x.hi < y.hi:  # type: ignore[operator]
+        return x.hi, x.hi_closed
+    if y.hi < x.hi:  # type: ignore[operator]
+        return y.hi, y.hi_closed
+    return x.hi, x.hi_closed and y.hi_closed
+
+
+def _complement(ivs: tuple[Interval, ...]) -> tuple[Interval, ...]:
+    out: list[Interval] = []
+    lo: Value | None = None
+    lo_closed = False
+    start_unbounded = True
+    for iv in ivs:
+        if iv.lo is not None:
+            out.append(Interval(lo if not start_unbounded else None, lo_closed, iv.lo,
+                                not iv.lo_closed))
+        if iv.hi is None:
+            return _normalise_intervals(out)
+        lo, lo_closed, start_unbounded = iv.hi, not iv.hi_closed, False
+    out.append(Interval(None if start_unbounded else lo, lo_closed, None, False))
+    return _normalise_intervals(out)
+
+
+def _prefix_successor(prefix: str) -> str | None:
+    """The least string greater than every string starting with ``prefix`` (None: none)."""
+    chars = list(prefix)
+    while chars and ord(chars[-1]) == MAX_CODE_POINT:
+        chars.pop()
+    if not chars:
+        return None
+    chars[-1] = chr(ord(chars[-1]) + 1)
+    return "".join(chars)
+
+
+def _point(value: Value) -> Interval:
+    return Interval(value, True, value, True)
+
+
+def _atomic_predicate(c: Comparison) -> Predicate:
+    """The predicate of one comparison (``not`` already folded into ``c.op``)."""
+    kind = kind_of(c.values[0])
+    op, vals = c.op, c.values
+    patterns: tuple[Pattern, ...] = ()
+    if kind is Kind.BOOL:
+        # Booleans form the finite domain {False, True}: complements stay inside it.
+        chosen = set(vals)
+        if op in ("!=", "notin"):
+            chosen = {False, True} - chosen
+        ivs = tuple(_point(v) for v in sorted(chosen))
+        return Predicate(c.attribute, kind, ivs)
+    if op in ("=", "in", "!=", "notin"):
+        ivs = _normalise_intervals([_point(v) for v in vals])
+    elif op in ("<", "<="):
+        ivs = (Interval(None, False, vals[0], op == "<="),)
+    elif op in (">", ">="):
+        ivs = (Interval(vals[0], op == ">=", None, False),)
+    elif op in ("between", "notbetween"):
+        ivs = _normalise_intervals([Interval(vals[0], True, vals[1], True)])
+    else:
+        pattern = str(vals[0])
+        if len(pattern) >= 2 and pattern.startswith("%") and pattern.endswith("%"):
+            ivs, patterns = _EVERYTHING, (Pattern("contains", pattern[1:-1], op == "notlike"),)
+        elif pattern.startswith("%"):
+            ivs, patterns = _EVERYTHING, (Pattern("suffix", pattern[1:], op == "notlike"),)
+        elif pattern.endswith("%"):
+            prefix = pattern[:-1]
+            ivs = (Interval(prefix, True, _prefix_successor(prefix), False),)
+        else:
+            ivs = (_point(pattern),)
+        if patterns and not patterns[0].text:
+            # '%' and '%%' hold for every string; their negation for none.
+            ivs = () if op == "notlike" else _EVERYTHING
+            patterns = ()
+        elif op == "notlike" and not patterns:
+            ivs = _complement(ivs)
+        return Predicate(c.attribute, kind, ivs, patterns)
+    if op in ("!=", "notin", "notbetween"):
+        ivs = _complement(ivs)
+    return Predicate(c.attribute, kind, ivs)
+
+
+def _negate(expr: Expression) -> Expression:
+    if isinstance(expr, Comparison):
+        return Comparison(expr.attribute, _COMPLEMENT[expr.op], expr.values, expr.position)
+    if isinstance(expr, Not):
+        return expr.child
+    if isinstance(expr, And):
+        return Or(tuple(_negate(c) for c in expr.children))
+    return And(tuple(_negate(c) for c in expr.children))
+
+
+_RawConjunct = dict[str, Predicate]
+
+
+def _merge(a: _RawConjunct, b: _RawConjunct) -> _RawConjunct | None:
+    """The conjunction of two raw conjuncts, or None when it can never be true."""
+    out = dict(a)
+    for attribute, p in b.items():
+        q = out.get(attribute)
+        if q is None:
+            out[attribute] = p
+            continue
+        if q.kind is not p.kind:
+            return None
+        merged = _finish(Predicate(attribute, p.kind, _intersect(q.intervals, p.intervals),
+                                   q.patterns + p.patterns))
+        if merged is None:
+            return None
+        out[attribute] = merged
+    return out
+
+
+def _finish(p: Predicate) -> Predicate | None:
+    """Drop impossible predicates; resolve patterns against point sets."""
+    if not p.intervals:
+        return None
+    if p.patterns and all(iv.is_point for iv in p.intervals):
+        points = tuple(iv for iv in p.intervals if all(pt.test(iv.lo) for pt in p.patterns))  # type: ignore[arg-type]
+        return Predicate(p.attribute, p.kind, points) if points else None
+    if p.patterns:
+        patterns = tuple(dict.fromkeys(p.patterns))
+        contradictory = any(Pattern(x.form, x.text, not x.negated) in patterns for x in patterns)
+        if contradictory:
+            return None
+        return Predicate(p.attribute, p.kind, p.intervals, patterns)
+    return p
+
+
+def _dnf(expr: Expression, text: str) -> list[_RawConjunct]:
+    if isinstance(expr, Not):
+        return _dnf(_negate(expr.child), text)
+    if isinstance(expr, Comparison):
+        p = _finish(_atomic_predicate(expr))
+        return [] if p is None else [{p.attribute: p}]
+    if isinstance(expr, Or):
+        out: list[_RawConjunct] = []
+        for child in expr.children:
+            out.extend(_dnf(child, text))
+            _check_conjunct_limit(len(out), text)
+        return out
+    result: list[_RawConjunct] = [{}]
+    for child in expr.children:
+        terms = _dnf(child, text)
+        combined = []
+        for left, right in product(result, terms):
+            merged = _merge(left, right)
+            if merged is not None:
+                combined.append(merged)
+        result = _dedupe(combined)
+        _check_conjunct_limit(len(result), text)
+    return result
+
+
+def _check_conjunct_limit(count: int, text: str) -> None:
+    if count > MAX_CONJUNCTS:
+        raise ExpressionLimitError(
+            f"the expression expands to more than {MAX_CONJUNCTS} conjuncts in disjunctive "
+            "normal form; use 'in' lists or split it into several subscriptions",
+            text,
+        )
+
+
+def _dedupe(conjuncts: list[_RawConjunct]) -> list[_RawConjunct]:
+    seen: dict[tuple[Predicate, ...], _RawConjunct] = {}
+    for c in conjuncts:
+        seen.setdefault(tuple(sorted(c.values(), key=lambda p: p.attribute)), c)
+    return list(seen.values())
+
+
+def parse_expression(text: str) -> Expression:
+    """Parse the text form into an expression tree. Cost O(len(text))."""
+    if not isinstance(text, str):
+        raise ExpressionError(f"an expression must be a string, not {type(text).__name__}")
+    if len(text) > MAX_TEXT:
+        raise ExpressionLimitError(f"expression longer than {MAX_TEXT} characters")
+    return _Parser(text).parse()
+
+
+def parse_subscription(text: str) -> Subscription:
+    """Parse and normalise a subscription.
+
+    Raises :class:`ExpressionError` for text that does not parse,
+    :class:`ExpressionLimitError` past the limits and :class:`UnsatisfiableError` when
+    no conjunct can ever be true.
+    """
+    expression = parse_expression(text)
+    raw = _dnf(expression, text)
+    conjuncts = tuple(
+        Conjunct(tuple(sorted(c.values(), key=lambda p: p.attribute))) for c in raw
+    )
+    if not conjuncts:
+        raise UnsatisfiableError(f"the expression can never be true: {text!r}", text)
+    return Subscription(text, expression, conjuncts)

@@ -1,0 +1,132 @@
+"""The ``Matcher`` interface every index implements, and the bookkeeping they share.
+
+A matcher stores subscriptions (Boolean expressions in the text form of
+:mod:`index.language`, each under a caller-chosen id) and answers, for an event or a
+batch of events, which subscriptions the event satisfies under the semantics of
+:mod:`index.semantics`. Subclasses implement the four ``_``-prefixed hooks; the public
+methods here parse, validate and keep the id mapping so that every matcher reports
+errors and replacements identically.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from index.events import FlatEvent, flatten_event
+from index.language import Subscription, parse_subscription
+
+
+@dataclass(frozen=True, slots=True)
+class MatcherStats:
+    """Size of an index: what ``Matcher.stats()`` returns."""
+
+    subscriptions: int
+    conjuncts: int
+    predicates: int
+    spaces: int
+    estimated_bytes: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "subscriptions": self.subscriptions,
+            "conjuncts": self.conjuncts,
+            "predicates": self.predicates,
+            "spaces": self.spaces,
+            "estimated_bytes": self.estimated_bytes,
+        }
+
+
+class Matcher(ABC):
+    """Stores subscriptions by id and finds those an event satisfies.
+
+    Subscription ids are any hashable values (the service uses strings). Internally
+    each matcher works with dense integer *slots*; ``self._ids[slot]`` is the id.
+    """
+
+    name: str = ""
+
+    def __init__(self) -> None:
+        self._slot_of: dict[Hashable, int] = {}
+        self._ids: list[Hashable | None] = []
+        self._free_slots: list[int] = []
+
+    # -- public API ---------------------------------------------------------------
+
+    def add(self, sub_id: Hashable, expr: str | Subscription) -> None:
+        """Add the subscription ``expr`` under ``sub_id``, replacing any with that id.
+
+        Raises :class:`index.errors.ExpressionError` (a ``ValueError``) for a bad
+        expression; the index is then unchanged.
+        """
+        subscription = expr if isinstance(expr, Subscription) else parse_subscription(expr)
+        if sub_id in self._slot_of:
+            self.remove(sub_id)
+        slot = self._free_slots.pop() if self._free_slots else len(self._ids)
+        if slot == len(self._ids):
+            self._ids.append(sub_id)
+        else:
+            self._ids[slot] = sub_id
+        self._slot_of[sub_id] = slot
+        self._insert(slot, subscription)
+
+    def add_many(self, items: Iterable[tuple[Hashable, str | Subscription]]) -> None:
+        """Add many subscriptions; equivalent to ``add`` on each, possibly faster."""
+        for sub_id, expr in items:
+            self.add(sub_id, expr)
+
+    def remove(self, sub_id: Hashable) -> None:
+        """Remove the subscription ``sub_id``; ``KeyError`` if there is none."""
+        slot = self._slot_of.pop(sub_id)
+        self._delete(slot)
+        self._ids[slot] = None
+        self._free_slots.append(slot)
+
+    def __contains__(self, sub_id: object) -> bool:
+        return sub_id in self._slot_of
+
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def match(self, event: Mapping[str, Any]) -> set[Hashable]:
+        """The ids of the subscriptions ``event`` satisfies.
+
+        Raises :class:`index.errors.EventError` (a ``ValueError``) for an invalid event.
+        """
+        return self.match_batch([event])[0]
+
+    def match_batch(self, events: Sequence[Mapping[str, Any]]) -> list[set[Hashable]]:
+        """One set of matching ids per event, in order.
+
+        The whole batch is validated first: one invalid event raises
+        :class:`index.errors.EventError` naming its position and attribute, and no
+        event of the batch is matched (callers that must keep going validate events
+        one by one with :func:`index.events.flatten_event` first).
+        """
+        flat = [flatten_event(event, position=i) for i, event in enumerate(events)]
+        ids = self._ids
+        return [{ids[slot] for slot in slots} for slots in self._match_flat(flat)]
+
+    @abstractmethod
+    def stats(self) -> MatcherStats:
+        """Counts and estimated memory of the index."""
+
+    @abstractmethod
+    def check(self) -> None:
+        """Assert every invariant of the index; raises ``AssertionError`` on a breach."""
+
+    # -- hooks for subclasses -----------------------------------------------------
+
+    @abstractmethod
+    def _insert(self, slot: int, subscription: Subscription) -> None:
+        """Index ``subscription`` under the free ``slot``."""
+
+    @abstractmethod
+    def _delete(self, slot: int) -> None:
+        """Remove everything indexed under ``slot``."""
+
+    @abstractmethod
+    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
+        """For each validated, flattened event, the slots of the matching subscriptions."""

@@ -1,0 +1,47 @@
+"""The ``scan`` matcher: the plain reference that evaluates every subscription.
+
+No index at all: each event is tested against every stored subscription's normal form.
+Every other matcher is tested against it, and it is tested against the direct
+evaluation of the expression tree. Matching costs O(subscriptions x predicates) per
+event; adds and removes cost O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from index.events import FlatEvent
+from index.language import Subscription
+from index.matcher import Matcher, MatcherStats
+
+
+class ScanMatcher(Matcher):
+    """Evaluates every subscription on every event."""
+
+    name = "scan"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._subscriptions: dict[int, Subscription] = {}
+
+    def _insert(self, slot: int, subscription: Subscription) -> None:
+        self._subscriptions[slot] = subscription
+
+    def _delete(self, slot: int) -> None:
+        del self._subscriptions[slot]
+
+    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
+        items = self._subscriptions.items()
+        return [[slot for slot, sub in items if sub.evaluate(event)] for event in events]
+
+    def stats(self) -> MatcherStats:
+        subs = self._subscriptions.values()
+        conjuncts = sum(len(s.conjuncts) for s in subs)
+        predicates = sum(s.predicate_count for s in subs)
+        # Frozen dataclasses in tuples: roughly 200 bytes per predicate and conjunct.
+        return MatcherStats(len(subs), conjuncts, predicates, 0, 200 * (conjuncts + predicates))
+
+    def check(self) -> None:
+        assert set(self._subscriptions) == set(self._slot_of.values())
+        for slot, sub in self._subscriptions.items():
+            assert sub.conjuncts, f"slot {slot} has no conjunct"
