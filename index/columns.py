@@ -1,0 +1,77 @@
+"""Columnar building blocks shared by the indexes: growable arrays and range expansion."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class GrowableArray:
+    """A 1-d numpy array with amortised O(1) append, like a typed Python list.
+
+    ``view()`` returns the live prefix without copying.
+    """
+
+    __slots__ = ("_data", "size")
+
+    def __init__(self, dtype: np.dtype | type, capacity: int = 64) -> None:
+        self._data = np.zeros(max(capacity, 1), dtype=dtype)
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _reserve(self, needed: int) -> None:
+        if needed > len(self._data):
+            grown = np.zeros(max(needed, 2 * len(self._data)), dtype=self._data.dtype)
+            grown[: self.size] = self._data[: self.size]
+            self._data = grown
+
+    def append(self, value: object) -> int:
+        """Append one value; returns its index."""
+        self._reserve(self.size + 1)
+        self._data[self.size] = value
+        self.size += 1
+        return self.size - 1
+
+    def extend(self, values: np.ndarray | list) -> int:
+        """Append many values; returns the index of the first."""
+        n = len(values)
+        self._reserve(self.size + n)
+        self._data[self.size : self.size + n] = values
+        self.size += n
+        return self.size - n
+
+    def view(self) -> np.ndarray:
+        return self._data[: self.size]
+
+    @property
+    def data(self) -> np.ndarray:
+        """The whole backing array (valid below ``size``); index it with known indices."""
+        return self._data
+
+    def replace(self, values: np.ndarray) -> None:
+        """Replace the contents with ``values`` (used by compaction)."""
+        self._data = np.array(values, dtype=self._data.dtype, copy=True)
+        if len(self._data) == 0:
+            self._data = np.zeros(1, dtype=self._data.dtype)
+        self.size = len(values)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._data.nbytes)
+
+
+def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Expand ranges ``[starts[i], starts[i] + counts[i])`` into flat indices.
+
+    Returns ``(owner, index)``: for each produced index, the range it came from.
+    Cost O(len(starts) + counts.sum()), fully vectorised.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    if total == 0:
+        return owner, np.empty(0, dtype=np.int64)
+    first = np.cumsum(counts) - counts
+    index = np.arange(total, dtype=np.int64) - first[owner] + np.asarray(starts, np.int64)[owner]
+    return owner, index

@@ -1,0 +1,227 @@
+"""PSTBloom (Ji & Jacobsen 2018, section 5): one access predicate, Bloom signatures.
+
+Owns PSTBloom's two structures on top of the shared PS-Trees:
+
+* *subscription lists*: a :class:`index.multimap.MultiMap` from space id to the
+  conjuncts whose access predicate (the first in access order, i.e. the most selective)
+  covers that space. An event's located spaces give the candidates directly.
+* *signatures*: per space, a Bloom filter (two hash functions, at least 8 bits per
+  member) over the conjuncts whose *other* predicates cover the space. A candidate is
+  dropped when the signature of the event's space in one of its other dimensions lacks
+  it (Lemma 1: no false drops). The survivors are verified exactly.
+
+Signatures are built in bulk with numpy (:meth:`PSTBloomMatcher.build_signatures`), each
+space sized from its own member count, as the paper's pitfall list advises. Between
+builds a split space shares its parent's filter (its members are the same); conjuncts
+added since the last build skip the signature test and go straight to exact
+verification, and removed ones leave stale bits (extra false positives, never false
+drops). The signatures are rebuilt when the additions since the last build exceed a
+tenth of the index or the removals a quarter. Predicates that cover more than
+:data:`WIDE_SPACES` spaces (``!=``, ``not in``, wide ranges) are not put into
+signatures: a filter holding nearly every conjunct of its tree rejects almost nothing
+and costs memory in every space; verification checks them instead.
+
+Cost per event: locating O(|E| log m), candidates O(c), signature tests O(c x p) with
+early exit, verification of the survivors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from index.columns import GrowableArray, expand_ranges
+from index.events import FlatEvent
+from index.multimap import MultiMap
+from index.pstree import LocatedBatch, Split
+from index.pstree_matcher import PSTreeMatcher
+
+WIDE_SPACES = 32
+"""Predicates covering more spaces than this stay out of the signatures."""
+BITS_PER_MEMBER = 8
+_HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _bloom_bits(cids: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two bit positions of each cid in filters of ``bits`` bits (powers of two)."""
+    x = (cids.astype(np.uint64) + np.uint64(1)) * _HASH
+    mask = bits.astype(np.uint64) - np.uint64(1)
+    return ((x >> np.uint64(40)) & mask).astype(np.int64), ((x >> np.uint64(8)) & mask).astype(
+        np.int64
+    )
+
+
+class PSTBloomMatcher(PSTreeMatcher):
+    """PS-Tree index with one access predicate per conjunct and Bloom signatures."""
+
+    name = "pstbloom"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists = MultiMap()
+        self.sig_offset = np.zeros(0, dtype=np.int64)  # first word of a space's filter
+        self.sig_bits = np.zeros(0, dtype=np.int64)  # its size in bits; 0: no filter
+        self.sig_pool = np.zeros(0, dtype=np.uint64)
+        self.sig_mask = GrowableArray(np.uint64)  # per cid: bit k = predicate k is signed
+        self._added_since_build = 0
+        self._removed_since_build = 0
+
+    # -- filing ------------------------------------------------------------------------
+
+    def _file(self, cid: int) -> None:
+        sids = self.store.covered_sids(self.store.predicate_row(cid, 0))
+        self.lists.add(sids, np.full(len(sids), cid, dtype=np.int32))
+        while len(self.sig_mask) <= cid:
+            self.sig_mask.append(0)
+        self.sig_mask.data[cid] = 0
+        self._added_since_build += 1
+
+    def _unfile(self, cid: int) -> None:
+        self._removed_since_build += 1
+
+    def _on_splits(self, splits: list[Split]) -> None:
+        for split in splits:
+            cids = self.lists.values_of(split.sid)
+            for new in split.new_sids:
+                self.lists.add(np.full(len(cids), new, dtype=np.int64), cids)
+            self._share_signature(split)
+
+    def _share_signature(self, split: Split) -> None:
+        need = max(split.new_sids) + 1
+        if need > len(self.sig_bits):
+            grow = max(need, 2 * len(self.sig_bits), 64)
+            self.sig_offset = np.concatenate(
+                [self.sig_offset, np.zeros(grow - len(self.sig_offset), np.int64)])
+            self.sig_bits = np.concatenate(
+                [self.sig_bits, np.zeros(grow - len(self.sig_bits), np.int64)])
+        if split.sid < len(self.sig_bits):
+            for new in split.new_sids:
+                self.sig_offset[new] = self.sig_offset[split.sid]
+                self.sig_bits[new] = self.sig_bits[split.sid]
+
+    def add_many(self, items) -> None:  # type: ignore[no-untyped-def]
+        super().add_many(items)
+        self.build_signatures()
+
+    def _posting_maps(self) -> list[MultiMap]:
+        return [self.lists]
+
+    def _extra_bytes(self) -> int:
+        return int(self.sig_pool.nbytes + self.sig_offset.nbytes + self.sig_bits.nbytes
+                   + self.sig_mask.nbytes)
+
+    # -- signatures --------------------------------------------------------------------
+
+    def build_signatures(self) -> None:
+        """Rebuild every space's Bloom signature from the live conjuncts.
+
+        Cost O(total spaces covered by signed predicates), vectorised.
+        """
+        store, forest = self.store, self.forest
+        spaces = forest.spaces
+        cids = np.flatnonzero(store.alive.view())
+        counts = store.pred_count.view()[cids].astype(np.int64)
+        # Non-access predicate rows: k = 1 .. count-1.
+        owner, pids = expand_ranges(store.pred_start.view()[cids] + 1, np.maximum(counts - 1, 0))
+        ks = pids - store.pred_start.view()[cids][owner]
+        iv_owner, iids = expand_ranges(store.pred_iv_start.view()[pids],
+                                       store.pred_iv_count.view()[pids])
+        trees = store.pred_tree.view()[pids][iv_owner]
+        tree_sizes = np.array([len(t) for t in forest.trees], dtype=np.int64)
+        tree_base = np.concatenate([[0], np.cumsum(tree_sizes)[:-1]]) if len(tree_sizes) else (
+            np.zeros(0, np.int64))
+        all_sids = (np.concatenate([t.space_ids for t in forest.trees])
+                    if forest.trees else np.zeros(0, np.int64))
+        lo, hi = store._positions(store.iv_lo_bid.view()[iids], store.iv_lo_closed.view()[iids],
+                                  store.iv_hi_bid.view()[iids], store.iv_hi_closed.view()[iids])
+        hi = np.minimum(hi, tree_sizes[trees] - 1)
+        cover = np.maximum(hi - lo + 1, 0)
+        row_cover = np.bincount(iv_owner, weights=cover, minlength=len(pids))
+        signed_row = row_cover <= WIDE_SPACES
+        signed_iv = signed_row[iv_owner]
+        member_owner, gpos = expand_ranges((tree_base[trees] + lo)[signed_iv], cover[signed_iv])
+        member_sid = all_sids[gpos]
+        member_cid = cids[owner[iv_owner[signed_iv]][member_owner]]
+        size = spaces.size
+        count = np.bincount(member_sid, minlength=size)
+        bits = np.maximum(64, 1 << np.ceil(np.log2(np.maximum(count * BITS_PER_MEMBER, 1)))
+                          .astype(np.int64))
+        bits[~spaces.alive[:size]] = 0
+        words = bits // 64
+        self.sig_offset = np.cumsum(words) - words
+        self.sig_bits = bits
+        pool = np.zeros(int(words.sum()), dtype=np.uint64)
+        for position in _bloom_bits(member_cid, bits[member_sid]):
+            word = self.sig_offset[member_sid] + (position >> 6)
+            np.bitwise_or.at(pool, word, np.uint64(1) << (position & 63).astype(np.uint64))
+        self.sig_pool = pool
+        mask = np.zeros(len(self.sig_mask), dtype=np.uint64)
+        signed_k = ks[signed_row]
+        np.bitwise_or.at(mask, cids[owner[signed_row]],
+                         np.uint64(1) << signed_k.astype(np.uint64))
+        self.sig_mask.replace(mask)
+        self._added_since_build = 0
+        self._removed_since_build = 0
+
+    def _signatures_stale(self) -> bool:
+        live = max(self.store.live, 1)
+        return (self._added_since_build > max(1024, live // 10)
+                or self._removed_since_build > max(1024, live // 4))
+
+    def _signature_test(self, sids: np.ndarray, cids: np.ndarray) -> np.ndarray:
+        if len(self.sig_bits) == 0:
+            return np.ones(len(sids), dtype=bool)
+        sids_in = sids < len(self.sig_bits)
+        bits = np.where(sids_in, self.sig_bits[np.minimum(sids, len(self.sig_bits) - 1)], 0)
+        ok = bits == 0
+        test = np.flatnonzero(~ok)
+        if len(test):
+            offset = self.sig_offset[sids[test]]
+            hit = np.ones(len(test), dtype=bool)
+            for position in _bloom_bits(cids[test], bits[test]):
+                word = self.sig_pool[offset + (position >> 6)]
+                hit &= ((word >> (position & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
+            ok[test] = hit
+        return ok
+
+    # -- matching ----------------------------------------------------------------------
+
+    def _match_flat(self, events: list[FlatEvent]):  # type: ignore[no-untyped-def]
+        if self._signatures_stale():
+            self.build_signatures()
+        return super()._match_flat(events)
+
+    def _match_chunk(self, located: LocatedBatch, events: list[FlatEvent],
+                     offset: int) -> tuple[np.ndarray, np.ndarray]:
+        n_trees = max(len(self.forest.trees), 1)
+        positions = located.position_matrix(n_trees)
+        sid_matrix = np.full(positions.shape, -1, dtype=np.int64)
+        sid_matrix[located.event, located.tree] = located.sid
+        pair, cids = self.lists.lookup(located.sid)
+        ev = located.event[pair]
+        ev, cids = self._signature_filter(ev, cids.astype(np.int64), sid_matrix)
+        return self.store.verify(ev, cids, 1, positions, events, offset)
+
+    def _signature_filter(self, ev: np.ndarray, cids: np.ndarray,
+                          sid_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Drop candidates whose id is missing from an event space's signature."""
+        store = self.store
+        alive = store.alive.data[cids]
+        ev, cids = ev[alive], cids[alive]
+        masks = self.sig_mask.data[cids]
+        k = 1
+        while len(cids):
+            active = (masks >> np.uint64(k)) != 0
+            if not active.any():
+                break
+            idx = np.flatnonzero(active & (((masks >> np.uint64(k)) & np.uint64(1)) != 0))
+            if len(idx):
+                pid = store.pred_start.data[cids[idx]] + k
+                sids = sid_matrix[ev[idx], store.pred_tree.data[pid]]
+                ok = np.zeros(len(idx), dtype=bool)
+                present = np.flatnonzero(sids >= 0)
+                ok[present] = self._signature_test(sids[present], cids[idx][present])
+                keep = np.ones(len(cids), dtype=bool)
+                keep[idx[~ok]] = False
+                ev, cids, masks = ev[keep], cids[keep], masks[keep]
+            k += 1
+        return ev, cids

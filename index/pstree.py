@@ -1,0 +1,416 @@
+"""The PS-Tree: one attribute's value domain cut into disjoint predicate spaces.
+
+Owns the predicate-space structure of Ji & Jacobsen's PS-Tree (PVLDB 2018, section 4):
+
+* :class:`PSTree` indexes one (attribute, value kind). The distinct bounds named by
+  its predicates, ``b_0 < ... < b_{m-1}``, cut the domain into ``2m + 1`` disjoint
+  predicate spaces ``(-inf, b_0), [b_0], (b_0, b_1), [b_1], ..., (b_{m-1}, +inf)``;
+  space *position* ``2i`` is the open gap below ``b_i`` and ``2i + 1`` the point
+  ``[b_i]``. Every space has a stable *space id* (``sid``), a predicate counter (how
+  many predicate intervals cover it) and an event counter (how many past events fell
+  into it, the selectivity statistics). Inserting a bound splits the gap that holds it
+  into three spaces (the left part keeps the id, the two new ones copy its counters);
+  releasing the last reference to a bound merges the three spaces back.
+  The paper locates a value's space with a digit trie; here the bounds are numpy arrays
+  and a batch of values is located with one ``searchsorted``, the columnar equivalent.
+* :class:`Forest` owns every tree, the global space and bound tables, and locates a
+  whole batch of events at once.
+
+Numbers are compared exactly: each is stored as a double-double ``(hi, lo)`` with
+``hi = float(v)`` and ``lo = v - hi`` (zero for floats and for ints within 2**53), so
+that ints beyond 2**53 compare exactly although the arrays are float64. Strings use
+numpy object arrays (code-point order, as Python compares them). Booleans are the
+numbers 0 and 1 in a tree of their own.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from index.language import Interval, Kind, Value
+
+UNBOUNDED_HI = np.int32(2**30)
+"""The position given to an interval's +inf end: above every real space position."""
+
+
+def split_number(value: int | float) -> tuple[float, float]:
+    """The exact double-double ``(hi, lo)`` of a number; ``hi + lo == value`` exactly."""
+    hi = float(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return hi, float(value - int(hi))
+    return hi, 0.0
+
+
+def number_columns(values: Sequence[Value]) -> tuple[np.ndarray, np.ndarray]:
+    """Double-double columns of a sequence of numbers (or booleans, as 0 and 1).
+
+    Cost O(n); the ``lo`` column is computed only for ints beyond 2**53.
+    """
+    hi = np.fromiter((float(v) for v in values), dtype=np.float64, count=len(values))
+    lo = np.zeros(len(values), dtype=np.float64)
+    big = np.flatnonzero(np.abs(hi) > 2.0**53)
+    for i in big:
+        lo[i] = split_number(values[i])[1]
+    return hi, lo
+
+
+@dataclass(slots=True)
+class Split:
+    """A gap space ``sid`` that was cut by a new bound into ``sid`` and two new spaces."""
+
+    tree: int
+    sid: int
+    new_sids: tuple[int, int]
+
+
+@dataclass(slots=True)
+class Merge:
+    """Spaces ``removed_sids`` folded back into ``sid`` when their bound was released."""
+
+    tree: int
+    sid: int
+    removed_sids: tuple[int, int]
+
+
+class SpaceTable:
+    """Per-space columns shared by all trees, indexed by space id.
+
+    Space ids are never reused, so a record keyed by a dead id can only be stale,
+    never wrong. ``alive`` tells live ids; the arrays grow by doubling.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.tree = np.zeros(64, dtype=np.int32)
+        self.predicate_counter = np.zeros(64, dtype=np.int32)
+        self.event_counter = np.zeros(64, dtype=np.int64)
+        self.alive = np.zeros(64, dtype=bool)
+        self.live = 0
+
+    def new(self, tree: int, like: int | None = None) -> int:
+        """A fresh space id for ``tree``, copying the counters of space ``like``."""
+        if self.size == len(self.tree):
+            grow = len(self.tree)
+            self.tree = np.concatenate([self.tree, np.zeros(grow, np.int32)])
+            self.predicate_counter = np.concatenate(
+                [self.predicate_counter, np.zeros(grow, np.int32)]
+            )
+            self.event_counter = np.concatenate([self.event_counter, np.zeros(grow, np.int64)])
+            self.alive = np.concatenate([self.alive, np.zeros(grow, bool)])
+        sid = self.size
+        self.size += 1
+        self.tree[sid] = tree
+        self.alive[sid] = True
+        self.live += 1
+        if like is not None:
+            self.predicate_counter[sid] = self.predicate_counter[like]
+            self.event_counter[sid] = self.event_counter[like]
+        return sid
+
+    def free(self, sid: int) -> None:
+        self.alive[sid] = False
+        self.predicate_counter[sid] = 0
+        self.live -= 1
+
+
+class PSTree:
+    """The predicate spaces of one attribute and value kind.
+
+    Bounds are kept sorted in numpy arrays (``hi``/``lo`` for numbers and booleans,
+    ``keys`` for strings) beside a Python list of the exact values for ``bisect``.
+    ``space_ids[p]`` is the id of the space at position ``p``; ``bound_ids[i]`` the
+    global id of bound ``b_i``; ``refs[i]`` how many interval ends use ``b_i``.
+    """
+
+    def __init__(self, tree_id: int, attribute: str, kind: Kind, spaces: SpaceTable) -> None:
+        self.tree_id = tree_id
+        self.attribute = attribute
+        self.kind = kind
+        self.spaces = spaces
+        self.values: list[Value] = []
+        self.hi = np.empty(0, dtype=np.float64)
+        self.lo = np.empty(0, dtype=np.float64)
+        self.keys = np.empty(0, dtype=object)
+        self.refs: list[int] = []
+        self.bound_ids = np.empty(0, dtype=np.int64)
+        self.space_ids = np.array([spaces.new(tree_id)], dtype=np.int64)
+        self.total_events = 0
+
+    def __len__(self) -> int:
+        """Number of predicate spaces, ``2m + 1``."""
+        return len(self.space_ids)
+
+    def _sort_key(self, value: Value) -> Value:
+        return value if self.kind is Kind.STRING else split_number(value)  # type: ignore[arg-type]
+
+    def rank(self, value: Value) -> int:
+        """Index of ``value`` among the bounds (it must be one). Cost O(log m)."""
+        i = bisect_left(self.values, value)
+        assert i < len(self.values) and self.values[i] == value
+        return i
+
+    def add_bound(self, value: Value, new_bound_id: int) -> tuple[int, Split | None]:
+        """Reference ``value`` as a bound; insert it (splitting a gap) when new.
+
+        Returns the bound's index and the split it caused, if any. Cost O(m) for a
+        new bound (array inserts), O(log m) otherwise.
+        """
+        i = bisect_left(self.values, value)
+        if i < len(self.values) and self.values[i] == value:
+            self.refs[i] += 1
+            return i, None
+        self.values.insert(i, value)
+        self.refs.insert(i, 1)
+        if self.kind is Kind.STRING:
+            self.keys = np.insert(self.keys, i, None)
+            self.keys[i] = value
+        else:
+            hi, lo = split_number(value)  # type: ignore[arg-type]
+            self.hi = np.insert(self.hi, i, hi)
+            self.lo = np.insert(self.lo, i, lo)
+        self.bound_ids = np.insert(self.bound_ids, i, new_bound_id)
+        old = int(self.space_ids[2 * i])
+        point = self.spaces.new(self.tree_id, like=old)
+        right = self.spaces.new(self.tree_id, like=old)
+        self.space_ids = np.insert(self.space_ids, 2 * i + 1, [point, right])
+        return i, Split(self.tree_id, old, (point, right))
+
+    def release_bound(self, i: int) -> Merge | None:
+        """Drop one reference to bound ``i``; remove it and merge when none is left."""
+        self.refs[i] -= 1
+        if self.refs[i]:
+            return None
+        del self.values[i]
+        del self.refs[i]
+        if self.kind is Kind.STRING:
+            self.keys = np.delete(self.keys, i)
+        else:
+            self.hi = np.delete(self.hi, i)
+            self.lo = np.delete(self.lo, i)
+        self.bound_ids = np.delete(self.bound_ids, i)
+        keep = int(self.space_ids[2 * i])
+        removed = (int(self.space_ids[2 * i + 1]), int(self.space_ids[2 * i + 2]))
+        # The event counters of the merged spaces add up: no history is lost.
+        self.spaces.event_counter[keep] += self.spaces.event_counter[list(removed)].sum()
+        for sid in removed:
+            self.spaces.free(sid)
+        self.space_ids = np.delete(self.space_ids, [2 * i + 1, 2 * i + 2])
+        return Merge(self.tree_id, keep, removed)
+
+    def locate(self, values: Sequence[Value]) -> np.ndarray:
+        """Space positions of a batch of values of this tree's kind.
+
+        Position ``2i + eq`` where ``i`` counts the bounds below the value and ``eq``
+        tells whether it equals ``b_i``. Cost O(n log m), vectorised.
+        """
+        m = len(self.values)
+        n = len(values)
+        if m == 0:
+            return np.zeros(n, dtype=np.int64)
+        if self.kind is Kind.STRING:
+            column = np.empty(n, dtype=object)
+            column[:] = values
+            below = np.searchsorted(self.keys, column, side="left")
+            clipped = np.minimum(below, m - 1)
+            eq = (below < m) & (self.keys[clipped] == column)
+            return 2 * below + eq.astype(np.int64)
+        hi, lo = number_columns(values)
+        below = np.searchsorted(self.hi, hi, side="left")
+        upto = np.searchsorted(self.hi, hi, side="right")
+        ties = np.flatnonzero(upto > below)
+        # Bounds whose hi equals the value's hi are ordered by lo (exact beyond 2**53).
+        for t in ties:
+            below[t] += int(np.searchsorted(self.lo[below[t] : upto[t]], lo[t], side="left"))
+        clipped = np.minimum(below, m - 1)
+        eq = (below < m) & (self.hi[clipped] == hi) & (self.lo[clipped] == lo)
+        return 2 * below + eq.astype(np.int64)
+
+    def interval_positions(self, interval: Interval) -> tuple[int, int]:
+        """First and last space positions an interval covers (its bounds must be in)."""
+        lo = 0 if interval.lo is None else 2 * self.rank(interval.lo) + (
+            1 if interval.lo_closed else 2
+        )
+        hi = len(self.space_ids) - 1 if interval.hi is None else 2 * self.rank(interval.hi) + (
+            1 if interval.hi_closed else 0
+        )
+        return lo, hi
+
+    def check(self) -> None:
+        """Assert the tree's invariants."""
+        m = len(self.values)
+        assert len(self.space_ids) == 2 * m + 1
+        assert len(self.refs) == m == len(self.bound_ids)
+        assert all(r > 0 for r in self.refs)
+        keys = [self._sort_key(v) for v in self.values]
+        assert all(a < b for a, b in zip(keys, keys[1:], strict=False)), "bounds not sorted"
+        if self.kind is Kind.STRING:
+            assert list(self.keys) == self.values
+        else:
+            assert [split_number(v) for v in self.values] == list(  # type: ignore[arg-type]
+                zip(self.hi.tolist(), self.lo.tolist(), strict=True)
+            )
+        assert len(set(self.space_ids.tolist())) == len(self.space_ids)
+        assert self.spaces.alive[self.space_ids].all()
+        assert (self.spaces.tree[self.space_ids] == self.tree_id).all()
+
+
+class Forest:
+    """All PS-Trees of an index, keyed by (attribute, kind), plus the global tables.
+
+    ``bound_tree[b]`` and ``bound_rank[b]`` give, for a global bound id, its tree and
+    its current index among that tree's bounds (kept up to date on every insert and
+    removal, O(m) for the tree concerned). Interval rows refer to bound ids, so a row
+    stays valid while spaces split and merge around it.
+    """
+
+    def __init__(self) -> None:
+        self.spaces = SpaceTable()
+        self.trees: list[PSTree] = []
+        self.tree_of: dict[tuple[str, Kind], int] = {}
+        self.bound_tree = np.zeros(64, dtype=np.int32)
+        self.bound_rank = np.zeros(64, dtype=np.int32)
+        self._bound_count = 0
+
+    def tree(self, attribute: str, kind: Kind) -> PSTree:
+        """The tree for (attribute, kind), created empty when missing."""
+        key = (attribute, kind)
+        tid = self.tree_of.get(key)
+        if tid is None:
+            tid = len(self.trees)
+            self.tree_of[key] = tid
+            self.trees.append(PSTree(tid, attribute, kind, self.spaces))
+        return self.trees[tid]
+
+    def _new_bound_id(self, tree: int) -> int:
+        if self._bound_count == len(self.bound_tree):
+            self.bound_tree = np.concatenate([self.bound_tree, np.zeros_like(self.bound_tree)])
+            self.bound_rank = np.concatenate([self.bound_rank, np.zeros_like(self.bound_rank)])
+        bid = self._bound_count
+        self._bound_count += 1
+        self.bound_tree[bid] = tree
+        return bid
+
+    def _rerank(self, tree: PSTree) -> None:
+        self.bound_rank[tree.bound_ids] = np.arange(len(tree.bound_ids), dtype=np.int32)
+
+    def add_interval(self, tree: PSTree, interval: Interval) -> tuple[int, int, list[Split]]:
+        """Reference an interval's bounds; returns (lo bound id, hi bound id, splits).
+
+        An unbounded end has bound id -1.
+        """
+        splits: list[Split] = []
+        ids = []
+        for value in (interval.lo, interval.hi):
+            if value is None:
+                ids.append(-1)
+                continue
+            i = bisect_left(tree.values, value)
+            exists = i < len(tree.values) and tree.values[i] == value
+            bid = int(tree.bound_ids[i]) if exists else self._new_bound_id(tree.tree_id)
+            _, split = tree.add_bound(value, bid)
+            if split is not None:
+                splits.append(split)
+                self._rerank(tree)
+            ids.append(bid)
+        return ids[0], ids[1], splits
+
+    def release_interval(self, tree: PSTree, lo_bid: int, hi_bid: int) -> list[Merge]:
+        """Drop an interval's references to its bounds, merging spaces as they free."""
+        merges = []
+        for bid in (lo_bid, hi_bid):
+            if bid < 0:
+                continue
+            merge = tree.release_bound(int(self.bound_rank[bid]))
+            if merge is not None:
+                merges.append(merge)
+                self._rerank(tree)
+        return merges
+
+    def covered_positions(self, tree: PSTree, lo_bid: int, lo_closed: bool, hi_bid: int,
+                          hi_closed: bool) -> tuple[int, int]:
+        """First and last positions of an interval given by bound ids."""
+        lo = 0 if lo_bid < 0 else 2 * int(self.bound_rank[lo_bid]) + (1 if lo_closed else 2)
+        hi = len(tree) - 1 if hi_bid < 0 else 2 * int(self.bound_rank[hi_bid]) + (
+            1 if hi_closed else 0
+        )
+        return lo, hi
+
+    def locate_events(self, events: Sequence[dict[str, Value]]) -> LocatedBatch:
+        """Locate every (attribute, value) pair of a batch in its tree.
+
+        Pairs whose (attribute, kind) has no tree can satisfy no predicate and are
+        skipped. Updates the event counters (the selectivity history). Cost: one pass
+        over the pairs in Python to group them by tree, then one vectorised locate
+        per tree present in the batch.
+        """
+        grouped: dict[int, tuple[list[int], list[Value]]] = {}
+        tree_of = self.tree_of
+        for e, event in enumerate(events):
+            for attribute, value in event.items():
+                kind = (
+                    Kind.BOOL if value is True or value is False
+                    else Kind.STRING if isinstance(value, str) else Kind.NUMBER
+                )
+                tid = tree_of.get((attribute, kind))
+                if tid is not None:
+                    group = grouped.get(tid)
+                    if group is None:
+                        grouped[tid] = group = ([], [])
+                    group[0].append(e)
+                    group[1].append(value)
+        parts_e, parts_t, parts_p, parts_s = [], [], [], []
+        for tid, (rows, values) in grouped.items():
+            tree = self.trees[tid]
+            positions = tree.locate(values)
+            sids = tree.space_ids[positions]
+            tree.total_events += len(values)
+            np.add.at(self.spaces.event_counter, sids, 1)
+            parts_e.append(np.asarray(rows, dtype=np.int64))
+            parts_t.append(np.full(len(rows), tid, dtype=np.int64))
+            parts_p.append(positions)
+            parts_s.append(sids)
+        if not parts_e:
+            empty = np.empty(0, dtype=np.int64)
+            return LocatedBatch(len(events), empty, empty, empty, empty)
+        return LocatedBatch(
+            len(events),
+            np.concatenate(parts_e),
+            np.concatenate(parts_t),
+            np.concatenate(parts_p),
+            np.concatenate(parts_s),
+        )
+
+    def check(self) -> None:
+        """Assert the invariants of every tree and of the global tables."""
+        live = 0
+        for tree in self.trees:
+            tree.check()
+            live += len(tree)
+            if len(tree.bound_ids):
+                assert (self.bound_rank[tree.bound_ids] == np.arange(len(tree.bound_ids))).all()
+                assert (self.bound_tree[tree.bound_ids] == tree.tree_id).all()
+        assert live == self.spaces.live == int(self.spaces.alive[: self.spaces.size].sum())
+
+
+@dataclass(slots=True)
+class LocatedBatch:
+    """The located pairs of a batch, columnar: event index, tree, position, space id."""
+
+    n_events: int
+    event: np.ndarray
+    tree: np.ndarray
+    position: np.ndarray
+    sid: np.ndarray
+
+    def position_matrix(self, n_trees: int) -> np.ndarray:
+        """Dense ``[n_events, n_trees]`` positions, -1 where the event lacks the tree.
+
+        Cost O(n_events x n_trees) memory; callers chunk sparse workloads.
+        """
+        matrix = np.full((self.n_events, max(n_trees, 1)), -1, dtype=np.int32)
+        matrix[self.event, self.tree] = self.position
+        return matrix
