@@ -28,6 +28,11 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "scan": ("index.scan", "ScanMatcher"),
     "pstbloom": ("index.pstbloom", "PSTBloomMatcher"),
     "psthash": ("index.psthash", "PSTHashMatcher"),
+    "opindex": ("index.opindex", "OpIndexMatcher"),
+    "betree": ("index.betree", "BETreeMatcher"),
+    "counting": ("index.counting", "CountingMatcher"),
+    "propagation": ("index.propagation", "PropagationMatcher"),
+    "pbtree": ("index.pbtree", "PBTreeMatcher"),
 }
 
 MATCHERS: tuple[str, ...] = tuple(_REGISTRY)

@@ -8,57 +8,76 @@ import numpy as np
 class GrowableArray:
     """A 1-d numpy array with amortised O(1) append, like a typed Python list.
 
+    Scalar appends go to a Python list first (an append to a numpy array costs far more
+    than one to a list) and are copied into the array in one step by the first read.
     ``view()`` returns the live prefix without copying.
     """
 
-    __slots__ = ("_data", "size")
+    __slots__ = ("_data", "_pending", "_size")
 
     def __init__(self, dtype: np.dtype | type, capacity: int = 64) -> None:
         self._data = np.zeros(max(capacity, 1), dtype=dtype)
-        self.size = 0
+        self._pending: list = []
+        self._size = 0
 
     def __len__(self) -> int:
-        return self.size
+        return self._size + len(self._pending)
+
+    @property
+    def size(self) -> int:
+        return len(self)
+
+    def _flush(self) -> None:
+        pending = self._pending
+        self._pending = []
+        self._reserve(self._size + len(pending))
+        self._data[self._size : self._size + len(pending)] = pending
+        self._size += len(pending)
 
     def _reserve(self, needed: int) -> None:
         if needed > len(self._data):
             grown = np.zeros(max(needed, 2 * len(self._data)), dtype=self._data.dtype)
-            grown[: self.size] = self._data[: self.size]
+            grown[: self._size] = self._data[: self._size]
             self._data = grown
 
     def append(self, value: object) -> int:
-        """Append one value; returns its index."""
-        self._reserve(self.size + 1)
-        self._data[self.size] = value
-        self.size += 1
-        return self.size - 1
+        """Append one value; returns its index. Amortised O(1)."""
+        self._pending.append(value)
+        return len(self) - 1
 
     def extend(self, values: np.ndarray | list) -> int:
         """Append many values; returns the index of the first."""
+        if self._pending:
+            self._flush()
         n = len(values)
-        self._reserve(self.size + n)
-        self._data[self.size : self.size + n] = values
-        self.size += n
-        return self.size - n
+        self._reserve(self._size + n)
+        self._data[self._size : self._size + n] = values
+        self._size += n
+        return self._size - n
 
     def view(self) -> np.ndarray:
-        return self._data[: self.size]
+        if self._pending:
+            self._flush()
+        return self._data[: self._size]
 
     @property
     def data(self) -> np.ndarray:
         """The whole backing array (valid below ``size``); index it with known indices."""
+        if self._pending:
+            self._flush()
         return self._data
 
     def replace(self, values: np.ndarray) -> None:
         """Replace the contents with ``values`` (used by compaction)."""
+        self._pending = []
         self._data = np.array(values, dtype=self._data.dtype, copy=True)
         if len(self._data) == 0:
             self._data = np.zeros(1, dtype=self._data.dtype)
-        self.size = len(values)
+        self._size = len(values)
 
     @property
     def nbytes(self) -> int:
-        return int(self._data.nbytes)
+        return int(self._data.nbytes) + 8 * len(self._pending)
 
 
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

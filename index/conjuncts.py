@@ -58,10 +58,11 @@ class ConjunctStore:
 
     # -- insertion and removal ------------------------------------------------------
 
-    def insert(self, slot: int, conjunct: Conjunct) -> tuple[int, list[Split]]:
+    def insert(self, slot: int, conjunct: Conjunct) -> tuple[int, list[Split], list[np.ndarray]]:
         """Store a conjunct, inserting its bounds into the PS-Trees.
 
-        Returns its cid and the splits caused. Cost O(p log m) plus O(m) per new bound.
+        Returns its cid, the splits caused and, per predicate in access order, the
+        space ids it covers. Cost O(p log m) plus O(m) per new bound.
         """
         forest = self.forest
         splits: list[Split] = []
@@ -77,6 +78,7 @@ class ConjunctStore:
         staged.sort(key=lambda item: self._selectivity(item[0], item[1], item[2]))
         cid = self._free.pop() if self._free else len(self.conjuncts)
         start = len(self.pred_tree)
+        covered = []
         for _predicate, tree, bounds in staged:
             self.pred_tree.append(tree.tree_id)
             self.pred_iv_start.append(len(self.iv_lo_bid))
@@ -85,13 +87,16 @@ class ConjunctStore:
             self.pred_lo_closed.append(bounds[0][1])
             self.pred_hi_bid.append(bounds[-1][2])
             self.pred_hi_closed.append(bounds[-1][3])
+            sids = []
             for lo_bid, lo_closed, hi_bid, hi_closed in bounds:
                 self.iv_lo_bid.append(lo_bid)
                 self.iv_lo_closed.append(lo_closed)
                 self.iv_hi_bid.append(hi_bid)
                 self.iv_hi_closed.append(hi_closed)
                 lo, hi = forest.covered_positions(tree, lo_bid, lo_closed, hi_bid, hi_closed)
-                forest.spaces.predicate_counter[tree.space_ids[lo : hi + 1]] += 1
+                sids.append(tree.space_ids[lo : hi + 1])
+                forest.spaces.predicate_counter[sids[-1]] += 1
+            covered.append(sids[0] if len(sids) == 1 else np.concatenate(sids))
         values = (slot, start, len(staged), True, any(p.patterns for p in conjunct.predicates))
         if cid == len(self.conjuncts):
             self.conjuncts.append(conjunct)
@@ -102,7 +107,7 @@ class ConjunctStore:
             for column, value in zip(self._conjunct_columns, values, strict=True):
                 column.data[cid] = value
         self.live += 1
-        return cid, splits
+        return cid, splits, covered
 
     @property
     def _conjunct_columns(self) -> tuple[GrowableArray, ...]:

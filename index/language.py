@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import product
-from typing import Union
+from typing import NamedTuple, Union
 
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
 
@@ -82,8 +82,7 @@ _KEYWORDS = frozenset({"and", "or", "not", "in", "between", "like", "true", "fal
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
 
 
-@dataclass(frozen=True, slots=True)
-class _Token:
+class _Token(NamedTuple):
     kind: str  # "name", "keyword", "number", "string", "op", "end"
     text: str
     value: object
@@ -121,7 +120,7 @@ def _read_string(text: str, start: int) -> tuple[str, int]:
 
 
 def _number(literal: str, text: str, position: int) -> int | float:
-    if re.fullmatch(r"[-+]?\d+", literal):
+    if "." not in literal and "e" not in literal and "E" not in literal:
         value = int(literal)
         if not INT64_MIN <= value <= INT64_MAX:
             raise ExpressionError(
@@ -440,7 +439,7 @@ def _check_like_pattern(pattern: str, text: str, position: int) -> None:
 
 
 def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, pos: int) -> None:
-    kinds = {kind_of(v) for v in values}
+    kinds = {kind_of(values[0])} if len(values) == 1 else {kind_of(v) for v in values}
     if len(kinds) > 1:
         raise ExpressionError(
             f"values compared with {attribute!r} mix kinds "
@@ -773,7 +772,7 @@ def _dnf(expr: Expression, text: str) -> list[_RawConjunct]:
             merged = _merge(left, right)
             if merged is not None:
                 combined.append(merged)
-        result = _dedupe(combined)
+        result = _dedupe(combined) if len(combined) > 1 else combined
         _check_conjunct_limit(len(result), text)
     return result
 

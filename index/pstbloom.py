@@ -67,12 +67,12 @@ class PSTBloomMatcher(PSTreeMatcher):
 
     # -- filing ------------------------------------------------------------------------
 
-    def _file(self, cid: int) -> None:
-        sids = self.store.covered_sids(self.store.predicate_row(cid, 0))
-        self.lists.add(sids, np.full(len(sids), cid, dtype=np.int32))
-        while len(self.sig_mask) <= cid:
+    def _file(self, cid: int, covered: list[np.ndarray]) -> None:
+        self.lists.add(covered[0], np.full(len(covered[0]), cid, dtype=np.int32))
+        if cid == len(self.sig_mask):
             self.sig_mask.append(0)
-        self.sig_mask.data[cid] = 0
+        else:
+            self.sig_mask.data[cid] = 0
         self._added_since_build += 1
 
     def _unfile(self, cid: int) -> None:

@@ -44,22 +44,21 @@ class PSTHashMatcher(PSTreeMatcher):
         self.fallback = MultiMap()
         self.hashed = GrowableArray(np.bool_)
 
-    def _file(self, cid: int) -> None:
-        store = self.store
-        while len(self.hashed) <= cid:
-            self.hashed.append(False)
-        first = store.covered_sids(store.predicate_row(cid, 0))
-        if store.pred_count.data[cid] >= 2:
-            second = store.covered_sids(store.predicate_row(cid, 1))
-            if len(first) * len(second) <= MAX_KEYS:
-                keys = pair_key(np.repeat(first, len(second)), np.tile(second, len(first)))
-                self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
-                both = np.concatenate([first, second])
-                self.access.add(both, np.full(len(both), cid, dtype=np.int32))
-                self.hashed.data[cid] = True
-                return
-        self.fallback.add(first, np.full(len(first), cid, dtype=np.int32))
-        self.hashed.data[cid] = False
+    def _file(self, cid: int, covered: list[np.ndarray]) -> None:
+        first = covered[0]
+        hashed = len(covered) >= 2 and len(first) * len(covered[1]) <= MAX_KEYS
+        if cid == len(self.hashed):
+            self.hashed.append(hashed)
+        else:
+            self.hashed.data[cid] = hashed
+        if hashed:
+            second = covered[1]
+            keys = pair_key(np.repeat(first, len(second)), np.tile(second, len(first)))
+            self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
+            both = np.concatenate([first, second])
+            self.access.add(both, np.full(len(both), cid, dtype=np.int32))
+        else:
+            self.fallback.add(first, np.full(len(first), cid, dtype=np.int32))
 
     def _on_splits(self, splits: list[Split]) -> None:
         store = self.store

@@ -52,7 +52,7 @@ def number_columns(values: Sequence[Value]) -> tuple[np.ndarray, np.ndarray]:
     """
     hi = np.fromiter((float(v) for v in values), dtype=np.float64, count=len(values))
     lo = np.zeros(len(values), dtype=np.float64)
-    big = np.flatnonzero(np.abs(hi) > 2.0**53)
+    big = np.flatnonzero(np.abs(hi) >= 2.0**53)
     for i in big:
         lo[i] = split_number(values[i])[1]
     return hi, lo

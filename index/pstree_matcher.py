@@ -42,9 +42,9 @@ class PSTreeMatcher(Matcher):
     def _insert(self, slot: int, subscription: Subscription) -> None:
         cids = []
         for conjunct in subscription.conjuncts:
-            cid, splits = self.store.insert(slot, conjunct)
+            cid, splits, covered = self.store.insert(slot, conjunct)
             self._on_splits(splits)
-            self._file(cid)
+            self._file(cid, covered)
             cids.append(cid)
         self._cids_of[slot] = cids
 
@@ -78,8 +78,11 @@ class PSTreeMatcher(Matcher):
     # -- subclass hooks ----------------------------------------------------------------
 
     @abstractmethod
-    def _file(self, cid: int) -> None:
-        """Add a newly stored conjunct to the posting lists."""
+    def _file(self, cid: int, covered: list[np.ndarray]) -> None:
+        """Add a newly stored conjunct to the posting lists.
+
+        ``covered[k]`` holds the space ids its k-th predicate (access order) covers.
+        """
 
     def _unfile(self, cid: int) -> None:  # noqa: B027 - most matchers purge in bulk
         """Take a conjunct out of structures that are not purged in bulk."""

@@ -1,0 +1,81 @@
+"""Hypothesis strategies for random subscriptions and events, shared by the index tests.
+
+Values are drawn from small pools rich in edge cases (ints past 2**53, the int64
+limits, -0.0, unicode, empty and NUL-carrying strings, booleans) so that random
+predicates and random events collide often enough to exercise every comparison.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+ATTRIBUTES = ["a", "b", "c", "u.v", "`odd name`"]
+NUMBERS = [0, 1, -1, 2, 3, 7, 2.5, -0.0, 0.5, 2**53, 2**53 + 1, 2**53 + 2, 2.0**53,
+           2**63 - 1, -(2**63), 1e300, -1e-300, 100]
+STRINGS = ["", "a", "ab", "abc", "b", "a\x00", "é", "\U0010ffff", "zz", "son", "jackson"]
+BOOLS = [True, False]
+
+numbers = st.sampled_from(NUMBERS)
+strings = st.sampled_from(STRINGS)
+bools = st.sampled_from(BOOLS)
+
+
+def literal(value: object) -> str:
+    """The text form of a value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace("'", "\\'").replace("\x00", "\\0")
+        return f"'{escaped}'"
+    return repr(value)
+
+
+@st.composite
+def comparisons(draw: st.DrawFn) -> str:
+    attribute = draw(st.sampled_from(ATTRIBUTES))
+    kind = draw(st.sampled_from(["number", "string", "bool"]))
+    pool = {"number": numbers, "string": strings, "bool": bools}[kind]
+    ops = ["=", "==", "!=", "<>", "in", "not in"]
+    if kind != "bool":
+        ops += ["<", "<=", ">", ">=", "between", "not between"]
+    if kind == "string":
+        ops += ["like", "not like"]
+    op = draw(st.sampled_from(ops))
+    if op in ("in", "not in"):
+        values = draw(st.lists(pool, min_size=1, max_size=4))
+        return f"{attribute} {op} ({', '.join(literal(v) for v in values)})"
+    if op in ("between", "not between"):
+        return f"{attribute} {op} {literal(draw(pool))} and {literal(draw(pool))}"
+    if op in ("like", "not like"):
+        core = draw(st.sampled_from(["a", "ab", "son", "", "\U0010ffff", "b"]))
+        shape = draw(st.sampled_from(["{}%", "%{}", "%{}%", "{}"]))
+        return f"{attribute} {op} {literal(shape.format(core))}"
+    return f"{attribute} {op} {literal(draw(pool))}"
+
+
+def expressions(max_leaves: int = 6) -> st.SearchStrategy[str]:
+    """Random expressions with and, or, not and parentheses."""
+    return st.recursive(
+        comparisons(),
+        lambda inner: st.one_of(
+            st.tuples(inner, st.sampled_from(["and", "or", "AND", "Or"]), inner).map(
+                lambda t: f"({t[0]} {t[1]} {t[2]})"
+            ),
+            inner.map(lambda e: f"not {e}"),
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+@st.composite
+def events(draw: st.DrawFn) -> dict:
+    """A random event: some attributes missing, any kind, ``u.v`` nested or dotted."""
+    event: dict = {}
+    for attribute in draw(st.lists(st.sampled_from(ATTRIBUTES), unique=True, max_size=5)):
+        value = draw(st.one_of(numbers, strings, bools, st.none()))
+        name = attribute.strip("`")
+        if name == "u.v" and draw(st.booleans()):
+            event["u"] = {"v": value}
+        else:
+            event[name] = value
+    return event

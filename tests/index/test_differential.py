@@ -1,0 +1,91 @@
+"""Every matcher returns exactly what ``scan`` returns; ``scan`` agrees with the tree.
+
+Random subscriptions over every operator and kind, random events with missing
+attributes, mismatched kinds and edge values, and interleaved adds, replacements and
+removals; ``check()`` runs after every mutation.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index import MATCHERS, ExpressionError, make_matcher
+from index.events import flatten_event
+from index.language import parse_subscription
+from tests.index.strategies import events, expressions
+
+INDEXES = [name for name in MATCHERS if name != "scan"]
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 12), expressions()),
+        st.tuples(st.just("remove"), st.integers(0, 12), st.none()),
+        st.tuples(st.just("match"), st.none(), st.lists(events(), min_size=1, max_size=8)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@given(expressions(), st.lists(events(), min_size=1, max_size=10))
+@settings(max_examples=400, deadline=None)
+def test_scan_agrees_with_the_expression_tree(text: str, batch: list[dict]) -> None:
+    try:
+        subscription = parse_subscription(text)
+    except ExpressionError:
+        return
+    scan = make_matcher("scan")
+    scan.add("s", subscription)
+    for event, answer in zip(batch, scan.match_batch(batch), strict=True):
+        tree_truth = subscription.expression.evaluate(flatten_event(event))
+        assert (answer == {"s"}) == (tree_truth is True), (text, event)
+
+
+@pytest.mark.parametrize("name", INDEXES)
+@given(ops=operations)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_matcher_returns_what_scan_returns(name: str, ops: list) -> None:
+    matcher, scan = make_matcher(name), make_matcher("scan")
+    for op, sub_id, arg in ops:
+        if op == "add":
+            try:
+                subscription = parse_subscription(arg)
+            except ExpressionError:
+                continue
+            matcher.add(sub_id, subscription)
+            scan.add(sub_id, subscription)
+            matcher.check()
+        elif op == "remove":
+            if sub_id in scan:
+                matcher.remove(sub_id)
+                scan.remove(sub_id)
+                matcher.check()
+        else:
+            assert matcher.match_batch(arg) == scan.match_batch(arg)
+        assert len(matcher) == len(scan)
+
+
+@pytest.mark.parametrize("name", INDEXES)
+@given(st.lists(expressions(), min_size=30, max_size=100),
+       st.lists(events(), min_size=30, max_size=80))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_larger_indexes_agree_with_scan_before_and_after_removals(
+    name: str, texts: list[str], batch: list[dict]
+) -> None:
+    matcher, scan = make_matcher(name), make_matcher("scan")
+    for i, text in enumerate(texts):
+        try:
+            subscription = parse_subscription(text)
+        except ExpressionError:
+            continue
+        matcher.add(i % 40, subscription)  # ids repeat: later ones replace earlier ones
+        scan.add(i % 40, subscription)
+    matcher.check()
+    assert matcher.match_batch(batch) == scan.match_batch(batch)
+    for sub_id in list(scan._slot_of)[::2]:
+        matcher.remove(sub_id)
+        scan.remove(sub_id)
+    matcher.check()
+    assert matcher.match_batch(batch) == scan.match_batch(batch)
