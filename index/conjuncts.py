@@ -15,11 +15,14 @@ never point at another conjunct.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from itertools import pairwise
+
 import numpy as np
 
 from index.columns import GrowableArray, expand_ranges
-from index.language import Conjunct, Predicate, Value
-from index.pstree import UNBOUNDED_HI, Forest, Merge, PSTree, Split
+from index.language import Conjunct, Interval, Predicate, Value
+from index.pstree import UNBOUNDED_HI, Forest, Split
 
 
 class ConjunctStore:
@@ -39,7 +42,7 @@ class ConjunctStore:
         self.pred_count = GrowableArray(np.int32)
         self.alive = GrowableArray(np.bool_)
         self.has_patterns = GrowableArray(np.bool_)
-        self.conjuncts: list[Conjunct | None] = []
+        self.patterned: dict[int, Conjunct] = {}
         self.pred_tree = GrowableArray(np.int32)
         self.pred_iv_start = GrowableArray(np.int64)
         self.pred_iv_count = GrowableArray(np.int32)
@@ -52,84 +55,167 @@ class ConjunctStore:
         self.iv_hi_bid = GrowableArray(np.int64)
         self.iv_hi_closed = GrowableArray(np.bool_)
         self._free: list[int] = []
+        self._size = 0  # cids ever allocated
         self._removed: list[int] = []
         self.live = 0
         self.dead_rows = 0
+        # Space positions of every predicate row's hull, valid for one forest version.
+        self._row_lo = np.empty(0, dtype=np.int32)
+        self._row_hi = np.empty(0, dtype=np.int32)
+        self._rows_version = -1
 
     # -- insertion and removal ------------------------------------------------------
 
-    def insert(self, slot: int, conjunct: Conjunct) -> tuple[int, list[Split], list[np.ndarray]]:
-        """Store a conjunct, inserting its bounds into the PS-Trees.
+    def insert_many(self, slots: list[int], conjuncts: list[Conjunct]) -> InsertedConjuncts:
+        """Store conjuncts, inserting their bounds into the PS-Trees.
 
-        Returns its cid, the splits caused and, per predicate in access order, the
-        space ids it covers. Cost O(p log m) plus O(m) per new bound.
+        Each conjunct's predicates are put in access order: fewest past events in the
+        spaces they cover first (the paper's selectivity), then the operator ranking,
+        then fewest spaces covered (the paper's "narrower value sets first").
+        Cost: one Python pass over the predicates, then vectorised work proportional to
+        the spaces the predicates cover, plus O(m) per new bound.
         """
         forest = self.forest
+        tree_of = forest.tree_of
+        p_conj, p_tree, p_rank, p_niv = [], [], [], []
+        i_lo: list[Value | None] = []
+        i_hi: list[Value | None] = []
+        i_lo_closed, i_hi_closed = [], []
+        for j, conjunct in enumerate(conjuncts):
+            for predicate in conjunct.predicates:
+                tid = tree_of.get((predicate.attribute, predicate.kind))
+                if tid is None:
+                    tid = forest.tree(predicate.attribute, predicate.kind).tree_id
+                rank, width = predicate.operator_rank
+                p_conj.append(j)
+                p_tree.append(tid)
+                p_rank.append(rank * 1024 + min(width, 1023))
+                p_niv.append(len(predicate.intervals))
+                for interval in predicate.intervals:
+                    i_lo.append(interval.lo)
+                    i_hi.append(interval.hi)
+                    i_lo_closed.append(interval.lo_closed)
+                    i_hi_closed.append(interval.hi_closed)
+        pred_tree = np.array(p_tree, dtype=np.int64)
+        pred_niv = np.array(p_niv, dtype=np.int64)
+        iv_pred = np.repeat(np.arange(len(p_tree)), pred_niv)
+        iv_tree = pred_tree[iv_pred]
+        lo_bid, hi_bid, splits = self._reference_bounds(iv_tree, i_lo, i_hi)
+        lo_closed = np.array(i_lo_closed, dtype=bool)
+        hi_closed = np.array(i_hi_closed, dtype=bool)
+        base, sizes, layout = forest.space_layout()
+        lo, hi = self._positions(lo_bid, lo_closed, hi_bid, hi_closed)
+        hi = np.minimum(hi, sizes[iv_tree] - 1)
+        fraction = self._event_fraction(iv_pred, iv_tree, lo, hi, len(p_tree), base, layout)
+        cover = np.bincount(iv_pred, weights=hi - lo + 1, minlength=len(p_tree))
+        order = np.lexsort((cover, np.array(p_rank), fraction, np.array(p_conj)))
+        # Rows are written in access order: predicates, then their intervals.
+        iv_first = np.cumsum(pred_niv) - pred_niv
+        _, iv_order = expand_ranges(iv_first[order], pred_niv[order])
+        iv_base = len(self.iv_lo_bid)
+        pred_base = len(self.pred_tree)
+        ordered_niv = pred_niv[order]
+        self.pred_tree.extend(pred_tree[order])
+        self.pred_iv_start.extend(iv_base + np.cumsum(ordered_niv) - ordered_niv)
+        self.pred_iv_count.extend(ordered_niv)
+        first_iv = iv_first[order]
+        last_iv = first_iv + ordered_niv - 1
+        self.pred_lo_bid.extend(lo_bid[first_iv])
+        self.pred_lo_closed.extend(lo_closed[first_iv])
+        self.pred_hi_bid.extend(hi_bid[last_iv])
+        self.pred_hi_closed.extend(hi_closed[last_iv])
+        self.iv_lo_bid.extend(lo_bid[iv_order])
+        self.iv_lo_closed.extend(lo_closed[iv_order])
+        self.iv_hi_bid.extend(hi_bid[iv_order])
+        self.iv_hi_closed.extend(hi_closed[iv_order])
+        _, covered_pos = expand_ranges(base[iv_tree] + lo, hi - lo + 1)
+        covered_sids = layout[covered_pos]
+        forest.spaces.predicate_counter[: forest.spaces.size] += np.bincount(
+            covered_sids, minlength=forest.spaces.size).astype(np.int32)
+        counts = np.bincount(np.array(p_conj, dtype=np.int64), minlength=len(conjuncts))
+        starts = pred_base + np.cumsum(counts) - counts
+        cids = self._allocate(slots, conjuncts, starts, counts)
+        # Where each stored predicate's covered spaces are, for the matchers' filing.
+        rank_in_conj = np.arange(len(order)) - (starts - pred_base)[np.array(p_conj)[order]]
+        return InsertedConjuncts(
+            cids=cids,
+            splits=splits,
+            pred_conj=np.array(p_conj, dtype=np.int64)[order],
+            pred_k=rank_in_conj,
+            pred_iv_first=np.cumsum(ordered_niv) - ordered_niv,
+            pred_iv_count=ordered_niv,
+            iv_covered_start=(base[iv_tree] + lo)[iv_order],
+            iv_covered_count=(hi - lo + 1)[iv_order],
+            layout=layout,
+        )
+
+    def _reference_bounds(self, iv_tree: np.ndarray, i_lo: list[Value | None],
+                          i_hi: list[Value | None]) -> tuple[np.ndarray, np.ndarray, list[Split]]:
+        """Reference every bounded interval end in its tree; bound ids (-1: unbounded)."""
+        forest = self.forest
+        n = len(i_lo)
+        ends = np.empty(2 * n, dtype=object)
+        ends[:n] = i_lo
+        ends[n:] = i_hi
+        end_tree = np.concatenate([iv_tree, iv_tree])
+        bounded = np.flatnonzero(ends != None)  # noqa: E711 - elementwise test on objects
+        bids = np.full(2 * n, -1, dtype=np.int64)
         splits: list[Split] = []
-        staged = []
-        for predicate in conjunct.predicates:
-            tree = forest.tree(predicate.attribute, predicate.kind)
-            bounds = []
-            for interval in predicate.intervals:
-                lo_bid, hi_bid, new_splits = forest.add_interval(tree, interval)
-                splits.extend(new_splits)
-                bounds.append((lo_bid, interval.lo_closed, hi_bid, interval.hi_closed))
-            staged.append((predicate, tree, bounds))
-        staged.sort(key=lambda item: self._selectivity(item[0], item[1], item[2]))
-        cid = self._free.pop() if self._free else len(self.conjuncts)
-        start = len(self.pred_tree)
-        covered = []
-        for _predicate, tree, bounds in staged:
-            self.pred_tree.append(tree.tree_id)
-            self.pred_iv_start.append(len(self.iv_lo_bid))
-            self.pred_iv_count.append(len(bounds))
-            self.pred_lo_bid.append(bounds[0][0])
-            self.pred_lo_closed.append(bounds[0][1])
-            self.pred_hi_bid.append(bounds[-1][2])
-            self.pred_hi_closed.append(bounds[-1][3])
-            sids = []
-            for lo_bid, lo_closed, hi_bid, hi_closed in bounds:
-                self.iv_lo_bid.append(lo_bid)
-                self.iv_lo_closed.append(lo_closed)
-                self.iv_hi_bid.append(hi_bid)
-                self.iv_hi_closed.append(hi_closed)
-                lo, hi = forest.covered_positions(tree, lo_bid, lo_closed, hi_bid, hi_closed)
-                sids.append(tree.space_ids[lo : hi + 1])
-                forest.spaces.predicate_counter[sids[-1]] += 1
-            covered.append(sids[0] if len(sids) == 1 else np.concatenate(sids))
-        values = (slot, start, len(staged), True, any(p.patterns for p in conjunct.predicates))
-        if cid == len(self.conjuncts):
-            self.conjuncts.append(conjunct)
-            for column, value in zip(self._conjunct_columns, values, strict=True):
-                column.append(value)
-        else:
-            self.conjuncts[cid] = conjunct
-            for column, value in zip(self._conjunct_columns, values, strict=True):
-                column.data[cid] = value
-        self.live += 1
-        return cid, splits, covered
+        order = bounded[np.argsort(end_tree[bounded], kind="stable")]
+        trees_sorted = end_tree[order]
+        cuts = np.flatnonzero(np.diff(trees_sorted)) + 1
+        for group in np.split(order, cuts):
+            if not len(group):
+                continue
+            tree = forest.trees[int(end_tree[group[0]])]
+            group_bids, group_splits = forest.add_bounds(tree, ends[group].tolist())
+            bids[group] = group_bids
+            splits.extend(group_splits)
+        return bids[:n], bids[n:], splits
+
+    def _event_fraction(self, iv_pred: np.ndarray, iv_tree: np.ndarray, lo: np.ndarray,
+                        hi: np.ndarray, n_preds: int, base: np.ndarray,
+                        layout: np.ndarray) -> np.ndarray:
+        """Share of each predicate's tree's past events that fell in its spaces."""
+        totals = np.array([t.total_events for t in self.forest.trees], dtype=np.float64)
+        if not totals.any():
+            return np.zeros(n_preds)
+        cumulative = np.concatenate(
+            [[0], np.cumsum(self.forest.spaces.event_counter[layout])])
+        hits = cumulative[base[iv_tree] + hi + 1] - cumulative[base[iv_tree] + lo]
+        per_pred = np.bincount(iv_pred, weights=hits, minlength=n_preds)
+        pred_tree = np.zeros(n_preds, dtype=np.int64)
+        pred_tree[iv_pred] = iv_tree
+        return per_pred / np.maximum(totals[pred_tree], 1.0)
+
+    def _allocate(self, slots: list[int], conjuncts: list[Conjunct], starts: np.ndarray,
+                  counts: np.ndarray) -> np.ndarray:
+        n = len(conjuncts)
+        reused = self._free[-n:][::-1] if n <= len(self._free) else self._free[::-1]
+        del self._free[len(self._free) - len(reused):]
+        cids = np.concatenate([np.array(reused, dtype=np.int64),
+                               np.arange(self._size, self._size + n - len(reused))])
+        self._size += n - len(reused)
+        patterned = np.array([any(p.patterns for p in c.predicates) for c in conjuncts])
+        values = (np.asarray(slots, dtype=np.int64), starts, counts, np.ones(n, dtype=bool),
+                  patterned)
+        fresh = len(reused)
+        for column, value in zip(self._conjunct_columns, values, strict=True):
+            column.extend(value[fresh:])
+            if fresh:
+                column.data[cids[:fresh]] = value[:fresh]
+        for j in np.flatnonzero(patterned).tolist():
+            self.patterned[int(cids[j])] = conjuncts[j]
+        self.live += n
+        return cids
 
     @property
     def _conjunct_columns(self) -> tuple[GrowableArray, ...]:
         return (self.slot, self.pred_start, self.pred_count, self.alive, self.has_patterns)
 
-    def _selectivity(self, predicate: Predicate, tree: PSTree,
-                     bounds: list[tuple[int, bool, int, bool]]) -> tuple[float, tuple[int, int]]:
-        """Fraction of past events on this tree the predicate matched; then op rank."""
-        fraction = 0.0
-        if tree.total_events:
-            hits = 0
-            for lo_bid, lo_closed, hi_bid, hi_closed in bounds:
-                lo, hi = self.forest.covered_positions(tree, lo_bid, lo_closed, hi_bid,
-                                                       hi_closed)
-                hits += int(self.forest.spaces.event_counter[tree.space_ids[lo : hi + 1]].sum())
-            fraction = hits / tree.total_events
-        return fraction, predicate.operator_rank
-
-    def remove(self, cid: int) -> list[Merge]:
+    def remove(self, cid: int) -> None:
         """Drop a conjunct: counters down, bounds released (spaces merge). O(p m)."""
         forest = self.forest
-        merges: list[Merge] = []
         start = int(self.pred_start.data[cid])
         for pid in range(start, start + int(self.pred_count.data[cid])):
             tree = forest.trees[int(self.pred_tree.data[pid])]
@@ -140,13 +226,12 @@ class ConjunctStore:
                     tree, lo_bid, bool(self.iv_lo_closed.data[iid]),
                     hi_bid, bool(self.iv_hi_closed.data[iid]))
                 forest.spaces.predicate_counter[tree.space_ids[lo : hi + 1]] -= 1
-                merges.extend(forest.release_interval(tree, lo_bid, hi_bid))
+                forest.release_interval(tree, lo_bid, hi_bid)
         self.alive.data[cid] = False
-        self.conjuncts[cid] = None
+        self.patterned.pop(cid, None)
         self._removed.append(cid)
         self.live -= 1
         self.dead_rows += int(self.pred_count.data[cid])
-        return merges
 
     def reclaim(self) -> None:
         """Make removed cids reusable; call once no posting list refers to them."""
@@ -174,6 +259,7 @@ class ConjunctStore:
             column.replace(column.view()[iids])
         self.pred_start.replace(new_pred_start)
         self.dead_rows = 0
+        self._rows_version = -1
         del pred_owner, iv_owner
 
     # -- queries ---------------------------------------------------------------------
@@ -204,6 +290,24 @@ class ConjunctStore:
         hi = np.where(hi_bid < 0, UNBOUNDED_HI, 2 * hi_rank + hi_closed.astype(np.int64))
         return lo, hi
 
+    def row_positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """First and last space position of every predicate row's hull.
+
+        Cached: recomputed (O(rows), vectorised) only after spaces split or merge,
+        extended for rows added since.
+        """
+        n = len(self.pred_tree)
+        done = 0 if self._rows_version != self.forest.version else len(self._row_lo)
+        if done < n:
+            lo, hi = self._positions(self.pred_lo_bid.view()[done:],
+                                     self.pred_lo_closed.view()[done:],
+                                     self.pred_hi_bid.view()[done:],
+                                     self.pred_hi_closed.view()[done:])
+            self._row_lo = np.concatenate([self._row_lo[:done], lo.astype(np.int32)])
+            self._row_hi = np.concatenate([self._row_hi[:done], hi.astype(np.int32)])
+            self._rows_version = self.forest.version
+        return self._row_lo, self._row_hi
+
     def verify(self, events: np.ndarray, cids: np.ndarray, start: int,
                positions: np.ndarray, flat_events: list[dict[str, Value]],
                event_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -221,6 +325,7 @@ class ConjunctStore:
         pred_start, pred_count = self.pred_start.data, self.pred_count.data
         n_trees = positions.shape[1]
         flat_positions = positions.ravel()
+        row_lo, row_hi = self.row_positions()
         while len(cids):
             finished = pred_count[cids] <= k
             if finished.any():
@@ -231,9 +336,7 @@ class ConjunctStore:
                     break
             pid = pred_start[cids] + k
             pos = flat_positions[events * n_trees + self.pred_tree.data[pid]]
-            lo, hi = self._positions(self.pred_lo_bid.data[pid], self.pred_lo_closed.data[pid],
-                                     self.pred_hi_bid.data[pid], self.pred_hi_closed.data[pid])
-            ok = (pos >= lo) & (pos <= hi)
+            ok = (pos >= row_lo[pid]) & (pos <= row_hi[pid])
             multi = np.flatnonzero(ok & (self.pred_iv_count.data[pid] > 1))
             if len(multi):
                 ok[multi] = self._inside_any_interval(pid[multi], pos[multi])
@@ -247,8 +350,7 @@ class ConjunctStore:
         if len(patterned):
             keep = np.ones(len(cids), dtype=bool)
             for i in patterned:
-                conjunct = self.conjuncts[int(cids[i])]
-                assert conjunct is not None
+                conjunct = self.patterned[int(cids[i])]
                 keep[i] = conjunct.evaluate(flat_events[int(events[i]) + event_offset])
             events, cids = events[keep], cids[keep]
         return events, cids
@@ -268,31 +370,97 @@ class ConjunctStore:
                    self.pred_tree, self.pred_iv_start, self.pred_iv_count, self.pred_lo_bid,
                    self.pred_lo_closed, self.pred_hi_bid, self.pred_hi_closed, self.iv_lo_bid,
                    self.iv_lo_closed, self.iv_hi_bid, self.iv_hi_closed)
-        # The Conjunct objects are kept for patterns and re-selection: ~8 bytes a pointer.
-        return sum(c.nbytes for c in columns) + 8 * len(self.conjuncts)
+        # A patterned conjunct is also kept as objects: ~1 KiB each.
+        return sum(c.nbytes for c in columns) + 1024 * len(self.patterned)
 
     @property
     def live_predicates(self) -> int:
         cids = np.flatnonzero(self.alive.view())
         return int(self.pred_count.view()[cids].sum())
 
+    def conjunct(self, cid: int) -> Conjunct:
+        """The live conjunct ``cid`` rebuilt from its rows (values from the trees' bounds).
+
+        Equal to the conjunct that was inserted. Cost O(predicates + intervals).
+        """
+        if cid in self.patterned:
+            return self.patterned[cid]
+        assert self.alive.data[cid], f"conjunct {cid} is not live"
+        forest = self.forest
+        predicates = []
+        start = int(self.pred_start.data[cid])
+        for pid in range(start, start + int(self.pred_count.data[cid])):
+            tree = forest.trees[int(self.pred_tree.data[pid])]
+            first = int(self.pred_iv_start.data[pid])
+            intervals = []
+            for iid in range(first, first + int(self.pred_iv_count.data[pid])):
+                lo_bid, hi_bid = int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])
+                intervals.append(Interval(
+                    None if lo_bid < 0 else tree.values[int(forest.bound_rank[lo_bid])],
+                    bool(self.iv_lo_closed.data[iid]),
+                    None if hi_bid < 0 else tree.values[int(forest.bound_rank[hi_bid])],
+                    bool(self.iv_hi_closed.data[iid])))
+            predicates.append(Predicate(tree.attribute, tree.kind, tuple(intervals)))
+        return Conjunct(tuple(sorted(predicates, key=lambda p: p.attribute)))
+
     def check(self) -> None:
-        """Assert that rows match the stored conjuncts and the trees' counters."""
+        """Assert the rows' invariants and that they agree with the trees' counters.
+
+        Every live conjunct has predicates on distinct trees; every interval's bounds
+        are live bounds of its predicate's tree and it covers at least one space;
+        a predicate's intervals are in order and disjoint and its hull spans them;
+        each space's predicate counter equals the number of intervals covering it.
+        """
         forest = self.forest
         expected = np.zeros(forest.spaces.size, dtype=np.int64)
-        for cid, conjunct in enumerate(self.conjuncts):
-            assert bool(self.alive.data[cid]) == (conjunct is not None)
-            if conjunct is None:
-                continue
-            count = int(self.pred_count.data[cid])
-            assert count == len(conjunct.predicates)
-            attributes = set()
-            for k in range(count):
-                pid = self.predicate_row(cid, k)
+        for cid in np.flatnonzero(self.alive.view()).tolist():
+            start, count = int(self.pred_start.data[cid]), int(self.pred_count.data[cid])
+            trees = self.pred_tree.view()[start : start + count]
+            assert len(set(trees.tolist())) == count, f"conjunct {cid}: a tree twice"
+            assert (cid in self.patterned) == bool(self.has_patterns.data[cid])
+            for pid in range(start, start + count):
                 tree = forest.trees[int(self.pred_tree.data[pid])]
-                attributes.add((tree.attribute, tree.kind))
+                first, n = int(self.pred_iv_start.data[pid]), int(self.pred_iv_count.data[pid])
+                spans = []
+                for iid in range(first, first + n):
+                    for bid in (int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])):
+                        assert bid < 0 or (forest.bound_tree[bid] == tree.tree_id
+                                           and tree.bound_ids[forest.bound_rank[bid]] == bid)
+                    spans.append(forest.covered_positions(
+                        tree, int(self.iv_lo_bid.data[iid]), bool(self.iv_lo_closed.data[iid]),
+                        int(self.iv_hi_bid.data[iid]), bool(self.iv_hi_closed.data[iid])))
+                assert all(lo <= hi for lo, hi in spans), f"predicate row {pid} is empty"
+                assert all(a[1] < b[0] for a, b in pairwise(spans)), "intervals overlap"
+                assert self.pred_lo_bid.data[pid] == self.iv_lo_bid.data[first]
+                assert self.pred_hi_bid.data[pid] == self.iv_hi_bid.data[first + n - 1]
                 expected[self.covered_sids(pid)] += 1
-            assert attributes == {(p.attribute, p.kind) for p in conjunct.predicates}
         live = forest.spaces.alive[: forest.spaces.size]
         actual = forest.spaces.predicate_counter[: forest.spaces.size]
         assert (actual[live] == expected[live]).all(), "predicate counters disagree"
+
+
+@dataclass(slots=True)
+class InsertedConjuncts:
+    """What :meth:`ConjunctStore.insert_many` stored, for the matchers to file.
+
+    Predicates are listed in storage order; ``pred_conj`` indexes ``cids`` and
+    ``pred_k`` is the predicate's place in its conjunct's access order. Each
+    predicate's intervals cover ``layout[iv_covered_start : + iv_covered_count]``.
+    """
+
+    cids: np.ndarray
+    splits: list[Split]
+    pred_conj: np.ndarray
+    pred_k: np.ndarray
+    pred_iv_first: np.ndarray
+    pred_iv_count: np.ndarray
+    iv_covered_start: np.ndarray
+    iv_covered_count: np.ndarray
+    layout: np.ndarray
+
+    def covered(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(cid, space id) for every space covered by each conjunct's k-th predicate."""
+        preds = np.flatnonzero(self.pred_k == k)
+        iv_owner, ivs = expand_ranges(self.pred_iv_first[preds], self.pred_iv_count[preds])
+        owner, positions = expand_ranges(self.iv_covered_start[ivs], self.iv_covered_count[ivs])
+        return self.cids[self.pred_conj[preds][iv_owner][owner]], self.layout[positions]

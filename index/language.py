@@ -26,7 +26,6 @@ import re
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import product
-from typing import NamedTuple, Union
 
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
 
@@ -52,7 +51,7 @@ class Kind(IntEnum):
     BOOL = 2
 
 
-Value = Union[int, float, str, bool]
+Value = int | float | str | bool
 
 
 def kind_of(value: Value) -> Kind:
@@ -68,12 +67,14 @@ def kind_of(value: Value) -> Kind:
 
 _TOKEN_RE = re.compile(
     r"""
-    (?P<ws>\s+)
-  | (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
+    \s*(?:
+    (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]+)*)
-  | (?P<quoted_name>`(?:[^`]|``)*`)
+  | (?P<plain_string>'[^'\\]*'|"[^"\\]*")
   | (?P<string>'|")
+  | (?P<quoted_name>`(?:[^`]|``)*`)
   | (?P<op><>|!=|==|<=|>=|=|<|>|\(|\)|,)
+    )
     """,
     re.VERBOSE,
 )
@@ -82,11 +83,10 @@ _KEYWORDS = frozenset({"and", "or", "not", "in", "between", "like", "true", "fal
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
 
 
-class _Token(NamedTuple):
-    kind: str  # "name", "keyword", "number", "string", "op", "end"
-    text: str
-    value: object
-    position: int
+_Token = tuple[str, str, object, int]
+"""A token: kind ("name", "keyword", "number", "string", "op" or "end"), its text,
+its value and its position. Plain tuples: tokenizing is on the build's hot path."""
+KIND, TEXT, VALUE, POSITION = range(4)
 
 
 def _read_string(text: str, start: int) -> tuple[str, int]:
@@ -135,36 +135,43 @@ def _number(literal: str, text: str, position: int) -> int | float:
 
 def _tokenize(text: str) -> list[_Token]:
     tokens: list[_Token] = []
-    i = 0
-    while i < len(text):
-        if text[i] in "'\"":
-            value, end = _read_string(text, i)
-            tokens.append(_Token("string", text[i:end], value, i))
-            i = end
-            continue
-        m = _TOKEN_RE.match(text, i)
+    append = tokens.append
+    match = _TOKEN_RE.match
+    i, n = 0, len(text)
+    while i < n:
+        m = match(text, i)
         if m is None:
-            raise ExpressionError(f"unexpected character {text[i]!r}", text, i)
+            rest = text[i:]
+            if not rest.strip():
+                break
+            where = i + len(rest) - len(rest.lstrip())
+            raise ExpressionError(f"unexpected character {text[where]!r}", text, where)
         group = m.lastgroup
-        lexeme = m.group()
-        if group == "number":
-            # A sign glued to a number after a value is a binary operator we don't have.
-            tokens.append(_Token("number", lexeme, _number(lexeme, text, i), i))
-        elif group == "name":
+        start = m.start(group)
+        lexeme = m.group(group)
+        end = m.end()
+        if group == "name":
             lower = lexeme.lower()
             if lower in _KEYWORDS:
-                tokens.append(_Token("keyword", lower, lower, i))
+                append(("keyword", lower, lower, start))
             else:
-                tokens.append(_Token("name", lexeme, lexeme, i))
+                append(("name", lexeme, lexeme, start))
+        elif group == "number":
+            append(("number", lexeme, _number(lexeme, text, start), start))
+        elif group == "plain_string":
+            append(("string", lexeme, lexeme[1:-1], start))
+        elif group == "string":
+            value, end = _read_string(text, start)
+            append(("string", text[start:end], value, start))
         elif group == "quoted_name":
             name = lexeme[1:-1].replace("``", "`")
             if not name:
-                raise ExpressionError("empty attribute name", text, i)
-            tokens.append(_Token("name", lexeme, name, i))
-        elif group == "op":
-            tokens.append(_Token("op", lexeme, lexeme, i))
-        i = m.end()
-    tokens.append(_Token("end", "", None, len(text)))
+                raise ExpressionError("empty attribute name", text, start)
+            append(("name", lexeme, name, start))
+        else:
+            append(("op", lexeme, lexeme, start))
+        i = end
+    append(("end", "", None, n))
     return tokens
 
 
@@ -253,7 +260,7 @@ class Not:
         return None if truth is None else not truth
 
 
-Expression = Union[Comparison, And, Or, Not]
+Expression = Comparison | And | Or | Not
 
 
 def _like(value: str, pattern: str) -> bool:
@@ -285,6 +292,9 @@ _COMPLEMENT = {
 }
 
 
+_COMPARISON_OPS = frozenset({"=", "==", "!=", "<>", "<", "<=", ">", ">="})
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
@@ -298,19 +308,19 @@ class _Parser:
 
     def error(self, message: str, token: _Token | None = None) -> ExpressionError:
         token = token or self.tok
-        return ExpressionError(message, self.text, token.position)
+        return ExpressionError(message, self.text, token[POSITION])
 
     def describe(self, token: _Token) -> str:
-        return "end of expression" if token.kind == "end" else repr(token.text)
+        return "end of expression" if token[KIND] == "end" else repr(token[TEXT])
 
     def accept_keyword(self, word: str) -> bool:
-        if self.tok.kind == "keyword" and self.tok.value == word:
+        if self.tok[KIND] == "keyword" and self.tok[VALUE] == word:
             self.i += 1
             return True
         return False
 
     def expect_op(self, op: str) -> None:
-        if self.tok.kind == "op" and self.tok.value == op:
+        if self.tok[KIND] == "op" and self.tok[VALUE] == op:
             self.i += 1
             return
         raise self.error(f"expected {op!r} but found {self.describe(self.tok)}")
@@ -319,7 +329,7 @@ class _Parser:
         if not self.text.strip():
             raise ExpressionError("empty expression", self.text, 0)
         expr = self.parse_or(0)
-        if self.tok.kind != "end":
+        if self.tok[KIND] != "end":
             raise self.error(f"unexpected {self.describe(self.tok)} after a complete expression")
         return expr
 
@@ -338,11 +348,11 @@ class _Parser:
     def parse_not(self, depth: int) -> Expression:
         if depth > MAX_DEPTH:
             raise ExpressionLimitError(
-                f"expression nested deeper than {MAX_DEPTH} levels", self.text, self.tok.position
+                f"expression nested deeper than {MAX_DEPTH} levels", self.text, self.tok[POSITION]
             )
         if self.accept_keyword("not"):
             return Not(self.parse_not(depth + 1))
-        if self.tok.kind == "op" and self.tok.value == "(":
+        if self.tok[KIND] == "op" and self.tok[VALUE] == "(":
             self.i += 1
             expr = self.parse_or(depth + 1)
             self.expect_op(")")
@@ -351,12 +361,12 @@ class _Parser:
 
     def parse_value(self) -> Value:
         tok = self.tok
-        if tok.kind in ("number", "string"):
+        if tok[KIND] in ("number", "string"):
             self.i += 1
-            return tok.value  # type: ignore[return-value]
-        if tok.kind == "keyword" and tok.value in ("true", "false"):
+            return tok[VALUE]  # type: ignore[return-value]
+        if tok[KIND] == "keyword" and tok[VALUE] in ("true", "false"):
             self.i += 1
-            return tok.value == "true"
+            return tok[VALUE] == "true"
         raise self.error(
             f"expected a value (number, quoted string, true or false) "
             f"but found {self.describe(tok)}"
@@ -364,7 +374,7 @@ class _Parser:
 
     def parse_comparison(self) -> Comparison:
         name_tok = self.tok
-        if name_tok.kind != "name":
+        if name_tok[KIND] != "name":
             raise self.error(f"expected an attribute name but found {self.describe(name_tok)}")
         self.i += 1
         self.comparisons += 1
@@ -372,9 +382,9 @@ class _Parser:
             raise ExpressionLimitError(
                 f"more than {MAX_PREDICATES} comparisons in one expression",
                 self.text,
-                name_tok.position,
+                name_tok[POSITION],
             )
-        attribute = str(name_tok.value)
+        attribute = str(name_tok[VALUE])
         op_tok = self.tok
         negated = self.accept_keyword("not")
         if self.accept_keyword("in"):
@@ -389,14 +399,14 @@ class _Parser:
             pattern = self.parse_value()
             if not isinstance(pattern, str):
                 raise self.error("like needs a quoted string pattern", pattern_tok)
-            _check_like_pattern(pattern, self.text, pattern_tok.position)
+            _check_like_pattern(pattern, self.text, pattern_tok[POSITION])
             op, values = "like", (pattern,)
         elif negated:
             raise self.error(f"expected in, between or like after 'not' but found "
                              f"{self.describe(self.tok)}")
-        elif op_tok.kind == "op" and op_tok.value in ("=", "==", "!=", "<>", "<", "<=", ">", ">="):
+        elif op_tok[KIND] == "op" and op_tok[VALUE] in _COMPARISON_OPS:
             self.i += 1
-            op = {"==": "=", "<>": "!="}.get(str(op_tok.value), str(op_tok.value))
+            op = {"==": "=", "<>": "!="}.get(str(op_tok[VALUE]), str(op_tok[VALUE]))
             values = (self.parse_value(),)
         else:
             raise self.error(
@@ -404,21 +414,26 @@ class _Parser:
             )
         if negated:
             op = _COMPLEMENT[op]
-        _check_types(attribute, op, values, self.text, op_tok.position)
-        return Comparison(attribute, op, values, name_tok.position)
+        _check_types(attribute, op, values, self.text, op_tok[POSITION])
+        return Comparison(attribute, op, values, name_tok[POSITION])
 
     def parse_list(self) -> tuple[Value, ...]:
         self.expect_op("(")
         values = [self.parse_value()]
-        while self.tok.kind == "op" and self.tok.value == ",":
+        while self.tok[KIND] == "op" and self.tok[VALUE] == ",":
             self.i += 1
             values.append(self.parse_value())
             if len(values) > MAX_PREDICATES:
                 raise ExpressionLimitError(
-                    f"more than {MAX_PREDICATES} values in one in-list", self.text, self.tok.position
+                    f"more than {MAX_PREDICATES} values in one in-list",
+                    self.text,
+                    self.tok[POSITION],
                 )
         self.expect_op(")")
         return tuple(values)
+
+
+_BOOL_OPS = frozenset({"=", "!=", "in", "notin"})
 
 
 def _check_like_pattern(pattern: str, text: str, position: int) -> None:
@@ -439,7 +454,13 @@ def _check_like_pattern(pattern: str, text: str, position: int) -> None:
 
 
 def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, pos: int) -> None:
-    kinds = {kind_of(values[0])} if len(values) == 1 else {kind_of(v) for v in values}
+    if len(values) == 1 and op not in _BOOL_OPS:
+        if isinstance(values[0], bool):
+            raise ExpressionError(
+                f"booleans can only be compared with =, !=, in and not in, not {op}", text, pos
+            )
+        return
+    kinds = {kind_of(v) for v in values}
     if len(kinds) > 1:
         raise ExpressionError(
             f"values compared with {attribute!r} mix kinds "
@@ -449,7 +470,7 @@ def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, 
             pos,
         )
     kind = kinds.pop()
-    if kind is Kind.BOOL and op not in ("=", "!=", "in", "notin"):
+    if kind is Kind.BOOL and op not in _BOOL_OPS:
         raise ExpressionError(
             f"booleans can only be compared with =, !=, in and not in, not {op}", text, pos
         )
@@ -674,7 +695,9 @@ def _atomic_predicate(c: Comparison) -> Predicate:
             chosen = {False, True} - chosen
         ivs = tuple(_point(v) for v in sorted(chosen))
         return Predicate(c.attribute, kind, ivs)
-    if op in ("=", "in", "!=", "notin"):
+    if op == "=":
+        ivs = (_point(vals[0]),)
+    elif op in ("in", "!=", "notin"):
         ivs = _normalise_intervals([_point(v) for v in vals])
     elif op in ("<", "<="):
         ivs = (Interval(None, False, vals[0], op == "<="),)

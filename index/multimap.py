@@ -106,7 +106,11 @@ def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
                 queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(keys) == 0 or len(queries) == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
-    idx = np.searchsorted(keys, queries)
+    # Sorted queries let searchsorted narrow each search from the previous answer,
+    # which is several times faster on large tables than random-order queries.
+    order = np.argsort(queries)
+    idx = np.empty(len(queries), dtype=np.int64)
+    idx[order] = np.searchsorted(keys, queries[order])
     idx_clipped = np.minimum(idx, len(keys) - 1)
     found = np.flatnonzero((idx < len(keys)) & (keys[idx_clipped] == queries))
     hit = idx_clipped[found]

@@ -27,10 +27,14 @@ early exit, verification of the survivors.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
+
 import numpy as np
 
 from index.columns import GrowableArray, expand_ranges
+from index.conjuncts import InsertedConjuncts
 from index.events import FlatEvent
+from index.language import Subscription
 from index.multimap import MultiMap
 from index.pstree import LocatedBatch, Split
 from index.pstree_matcher import PSTreeMatcher
@@ -67,13 +71,14 @@ class PSTBloomMatcher(PSTreeMatcher):
 
     # -- filing ------------------------------------------------------------------------
 
-    def _file(self, cid: int, covered: list[np.ndarray]) -> None:
-        self.lists.add(covered[0], np.full(len(covered[0]), cid, dtype=np.int32))
-        if cid == len(self.sig_mask):
-            self.sig_mask.append(0)
-        else:
-            self.sig_mask.data[cid] = 0
-        self._added_since_build += 1
+    def _file(self, inserted: InsertedConjuncts) -> None:
+        cids, sids = inserted.covered(0)
+        self.lists.add(sids, cids.astype(np.int32))
+        grow = int(inserted.cids.max()) + 1 - len(self.sig_mask)
+        if grow > 0:
+            self.sig_mask.extend(np.zeros(grow, dtype=np.uint64))
+        self.sig_mask.data[inserted.cids] = 0
+        self._added_since_build += len(inserted.cids)
 
     def _unfile(self, cid: int) -> None:
         self._removed_since_build += 1
@@ -98,7 +103,7 @@ class PSTBloomMatcher(PSTreeMatcher):
                 self.sig_offset[new] = self.sig_offset[split.sid]
                 self.sig_bits[new] = self.sig_bits[split.sid]
 
-    def add_many(self, items) -> None:  # type: ignore[no-untyped-def]
+    def add_many(self, items: Iterable[tuple[Hashable, str | Subscription]]) -> None:
         super().add_many(items)
         self.build_signatures()
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from index.columns import GrowableArray, expand_ranges
+from index.conjuncts import InsertedConjuncts
 from index.events import FlatEvent
 from index.multimap import MultiMap
 from index.pstree import LocatedBatch, Split
@@ -44,21 +45,33 @@ class PSTHashMatcher(PSTreeMatcher):
         self.fallback = MultiMap()
         self.hashed = GrowableArray(np.bool_)
 
-    def _file(self, cid: int, covered: list[np.ndarray]) -> None:
-        first = covered[0]
-        hashed = len(covered) >= 2 and len(first) * len(covered[1]) <= MAX_KEYS
-        if cid == len(self.hashed):
-            self.hashed.append(hashed)
-        else:
-            self.hashed.data[cid] = hashed
-        if hashed:
-            second = covered[1]
-            keys = pair_key(np.repeat(first, len(second)), np.tile(second, len(first)))
-            self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
-            both = np.concatenate([first, second])
-            self.access.add(both, np.full(len(both), cid, dtype=np.int32))
-        else:
-            self.fallback.add(first, np.full(len(first), cid, dtype=np.int32))
+    def _file(self, inserted: InsertedConjuncts) -> None:
+        cids = inserted.cids
+        grow = int(cids.max()) + 1 - len(self.hashed)
+        if grow > 0:
+            self.hashed.extend(np.zeros(grow, dtype=bool))
+        first_cid, first_sid = inserted.covered(0)
+        second_cid, second_sid = inserted.covered(1)
+        # covered() lists conjuncts in storage order, so each conjunct's spaces are
+        # contiguous: count them per conjunct to form the cross products.
+        n_first = _count_per(first_cid, cids)
+        n_second = _count_per(second_cid, cids)
+        hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
+        self.hashed.data[cids] = hashed
+        start_first = np.cumsum(n_first) - n_first
+        start_second = np.cumsum(n_second) - n_second
+        h = np.flatnonzero(hashed)
+        owner, index = expand_ranges(np.zeros(len(h), np.int64), n_first[h] * n_second[h])
+        i, j = np.divmod(index, n_second[h][owner])
+        keys = pair_key(first_sid[start_first[h][owner] + i],
+                        second_sid[start_second[h][owner] + j])
+        self.table.add(keys, cids[h][owner].astype(np.int32))
+        in_hash = hashed[_position_in(first_cid, cids)]
+        in_hash_second = hashed[_position_in(second_cid, cids)]
+        self.access.add(np.concatenate([first_sid[in_hash], second_sid[in_hash_second]]),
+                        np.concatenate([first_cid[in_hash],
+                                        second_cid[in_hash_second]]).astype(np.int32))
+        self.fallback.add(first_sid[~in_hash], first_cid[~in_hash].astype(np.int32))
 
     def _on_splits(self, splits: list[Split]) -> None:
         store = self.store
@@ -100,3 +113,14 @@ class PSTHashMatcher(PSTreeMatcher):
         fe, fc = self.store.verify(fallback_ev, fallback_cids.astype(np.int64), 1, positions,
                                    events, offset)
         return np.concatenate([he, fe]), np.concatenate([hc, fc])
+
+
+def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
+    """Index in ``cids`` (distinct) of each of ``values``."""
+    order = np.argsort(cids)
+    return order[np.searchsorted(cids[order], values)]
+
+
+def _count_per(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
+    """How many times each of ``cids`` (distinct) occurs in ``values``."""
+    return np.bincount(_position_in(values, cids), minlength=len(cids))

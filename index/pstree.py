@@ -28,10 +28,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
-from index.language import Interval, Kind, Value
+from index.language import Kind, Value
 
 UNBOUNDED_HI = np.int32(2**30)
 """The position given to an interval's +inf end: above every real space position."""
@@ -135,7 +136,7 @@ class PSTree:
         self.hi = np.empty(0, dtype=np.float64)
         self.lo = np.empty(0, dtype=np.float64)
         self.keys = np.empty(0, dtype=object)
-        self.refs: list[int] = []
+        self.refs = np.empty(0, dtype=np.int64)
         self.bound_ids = np.empty(0, dtype=np.int64)
         self.space_ids = np.array([spaces.new(tree_id)], dtype=np.int64)
         self.total_events = 0
@@ -147,24 +148,15 @@ class PSTree:
     def _sort_key(self, value: Value) -> Value:
         return value if self.kind is Kind.STRING else split_number(value)  # type: ignore[arg-type]
 
-    def rank(self, value: Value) -> int:
-        """Index of ``value`` among the bounds (it must be one). Cost O(log m)."""
-        i = bisect_left(self.values, value)
-        assert i < len(self.values) and self.values[i] == value
-        return i
+    def add_bound(self, value: Value, new_bound_id: int) -> Split:
+        """Insert a new bound (with no reference yet), splitting the gap that holds it.
 
-    def add_bound(self, value: Value, new_bound_id: int) -> tuple[int, Split | None]:
-        """Reference ``value`` as a bound; insert it (splitting a gap) when new.
-
-        Returns the bound's index and the split it caused, if any. Cost O(m) for a
-        new bound (array inserts), O(log m) otherwise.
+        Cost O(m) (array inserts).
         """
         i = bisect_left(self.values, value)
-        if i < len(self.values) and self.values[i] == value:
-            self.refs[i] += 1
-            return i, None
+        assert i == len(self.values) or self.values[i] != value, "bound already present"
         self.values.insert(i, value)
-        self.refs.insert(i, 1)
+        self.refs = np.insert(self.refs, i, 0)
         if self.kind is Kind.STRING:
             self.keys = np.insert(self.keys, i, None)
             self.keys[i] = value
@@ -177,7 +169,13 @@ class PSTree:
         point = self.spaces.new(self.tree_id, like=old)
         right = self.spaces.new(self.tree_id, like=old)
         self.space_ids = np.insert(self.space_ids, 2 * i + 1, [point, right])
-        return i, Split(self.tree_id, old, (point, right))
+        return Split(self.tree_id, old, (point, right))
+
+    def bound_index(self, values: Sequence[Value]) -> np.ndarray:
+        """Indices of values that are all bounds of this tree. Cost O(n log m)."""
+        positions = self.locate(values)
+        assert (positions % 2 == 1).all(), "not all values are bounds"
+        return positions // 2
 
     def release_bound(self, i: int) -> Merge | None:
         """Drop one reference to bound ``i``; remove it and merge when none is left."""
@@ -185,7 +183,7 @@ class PSTree:
         if self.refs[i]:
             return None
         del self.values[i]
-        del self.refs[i]
+        self.refs = np.delete(self.refs, i)
         if self.kind is Kind.STRING:
             self.keys = np.delete(self.keys, i)
         else:
@@ -221,32 +219,25 @@ class PSTree:
         hi, lo = number_columns(values)
         below = np.searchsorted(self.hi, hi, side="left")
         upto = np.searchsorted(self.hi, hi, side="right")
-        ties = np.flatnonzero(upto > below)
         # Bounds whose hi equals the value's hi are ordered by lo (exact beyond 2**53).
-        for t in ties:
+        # One such bound is the common case (the value is a bound or rounds to one);
+        # several only happen for ints beyond 2**53 that share a float.
+        single = np.flatnonzero(upto - below == 1)
+        below[single] += self.lo[below[single]] < lo[single]
+        for t in np.flatnonzero(upto - below > 1):
             below[t] += int(np.searchsorted(self.lo[below[t] : upto[t]], lo[t], side="left"))
         clipped = np.minimum(below, m - 1)
         eq = (below < m) & (self.hi[clipped] == hi) & (self.lo[clipped] == lo)
         return 2 * below + eq.astype(np.int64)
-
-    def interval_positions(self, interval: Interval) -> tuple[int, int]:
-        """First and last space positions an interval covers (its bounds must be in)."""
-        lo = 0 if interval.lo is None else 2 * self.rank(interval.lo) + (
-            1 if interval.lo_closed else 2
-        )
-        hi = len(self.space_ids) - 1 if interval.hi is None else 2 * self.rank(interval.hi) + (
-            1 if interval.hi_closed else 0
-        )
-        return lo, hi
 
     def check(self) -> None:
         """Assert the tree's invariants."""
         m = len(self.values)
         assert len(self.space_ids) == 2 * m + 1
         assert len(self.refs) == m == len(self.bound_ids)
-        assert all(r > 0 for r in self.refs)
+        assert (self.refs > 0).all()
         keys = [self._sort_key(v) for v in self.values]
-        assert all(a < b for a, b in zip(keys, keys[1:], strict=False)), "bounds not sorted"
+        assert all(a < b for a, b in pairwise(keys)), "bounds not sorted"
         if self.kind is Kind.STRING:
             assert list(self.keys) == self.values
         else:
@@ -274,6 +265,7 @@ class Forest:
         self.bound_tree = np.zeros(64, dtype=np.int32)
         self.bound_rank = np.zeros(64, dtype=np.int32)
         self._bound_count = 0
+        self.version = 0  # bumped whenever spaces split or merge
 
     def tree(self, attribute: str, kind: Kind) -> PSTree:
         """The tree for (attribute, kind), created empty when missing."""
@@ -297,26 +289,22 @@ class Forest:
     def _rerank(self, tree: PSTree) -> None:
         self.bound_rank[tree.bound_ids] = np.arange(len(tree.bound_ids), dtype=np.int32)
 
-    def add_interval(self, tree: PSTree, interval: Interval) -> tuple[int, int, list[Split]]:
-        """Reference an interval's bounds; returns (lo bound id, hi bound id, splits).
+    def add_bounds(self, tree: PSTree, values: list[Value]) -> tuple[np.ndarray, list[Split]]:
+        """Reference each of ``values`` once as a bound of ``tree``.
 
-        An unbounded end has bound id -1.
+        New values are inserted first (each splits a gap); returns the bound ids of
+        ``values`` and the splits. Cost O(n log m + new x m).
         """
-        splits: list[Split] = []
-        ids = []
-        for value in (interval.lo, interval.hi):
-            if value is None:
-                ids.append(-1)
-                continue
-            i = bisect_left(tree.values, value)
-            exists = i < len(tree.values) and tree.values[i] == value
-            bid = int(tree.bound_ids[i]) if exists else self._new_bound_id(tree.tree_id)
-            _, split = tree.add_bound(value, bid)
-            if split is not None:
-                splits.append(split)
-                self._rerank(tree)
-            ids.append(bid)
-        return ids[0], ids[1], splits
+        splits = []
+        present = set(tree.values)
+        for value in sorted(set(values) - present, key=tree._sort_key):
+            splits.append(tree.add_bound(value, self._new_bound_id(tree.tree_id)))
+        if splits:
+            self._rerank(tree)
+            self.version += 1
+        index = tree.bound_index(values)
+        tree.refs += np.bincount(index, minlength=len(tree.refs))
+        return tree.bound_ids[index], splits
 
     def release_interval(self, tree: PSTree, lo_bid: int, hi_bid: int) -> list[Merge]:
         """Drop an interval's references to its bounds, merging spaces as they free."""
@@ -328,7 +316,17 @@ class Forest:
             if merge is not None:
                 merges.append(merge)
                 self._rerank(tree)
+                self.version += 1
         return merges
+
+    def space_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """All trees' spaces end to end: (first global position per tree, tree sizes,
+        space id per global position). Cost O(total spaces)."""
+        sizes = np.array([len(t) for t in self.trees], dtype=np.int64)
+        base = np.cumsum(sizes) - sizes
+        sids = (np.concatenate([t.space_ids for t in self.trees]) if self.trees
+                else np.zeros(0, np.int64))
+        return base, sizes, sids
 
     def covered_positions(self, tree: PSTree, lo_bid: int, lo_closed: bool, hi_bid: int,
                           hi_closed: bool) -> tuple[int, int]:

@@ -17,12 +17,12 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from index.conjuncts import ConjunctStore
+from index.conjuncts import ConjunctStore, InsertedConjuncts
 from index.events import FlatEvent
 from index.language import Subscription
 from index.matcher import Matcher, MatcherStats
 from index.multimap import MultiMap
-from index.pstree import Forest, LocatedBatch, Merge, Split
+from index.pstree import Forest, LocatedBatch, Split
 
 POSITION_CELLS = 1 << 22
 """Most cells of one chunk's dense position matrix (16 MiB of int32)."""
@@ -40,18 +40,23 @@ class PSTreeMatcher(Matcher):
     # -- Matcher hooks -----------------------------------------------------------------
 
     def _insert(self, slot: int, subscription: Subscription) -> None:
-        cids = []
-        for conjunct in subscription.conjuncts:
-            cid, splits, covered = self.store.insert(slot, conjunct)
-            self._on_splits(splits)
-            self._file(cid, covered)
-            cids.append(cid)
-        self._cids_of[slot] = cids
+        self._insert_many([(slot, subscription)])
+
+    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
+        slots, conjuncts = [], []
+        for slot, subscription in batch:
+            slots.extend([slot] * len(subscription.conjuncts))
+            conjuncts.extend(subscription.conjuncts)
+        inserted = self.store.insert_many(slots, conjuncts)
+        self._on_splits(inserted.splits)
+        self._file(inserted)
+        for slot, cid in zip(slots, inserted.cids.tolist(), strict=True):
+            self._cids_of.setdefault(slot, []).append(cid)
 
     def _delete(self, slot: int) -> None:
         for cid in self._cids_of.pop(slot):
             self._unfile(cid)
-            self._on_merges(self.store.remove(cid))
+            self.store.remove(cid)
         if len(self.store._removed) > max(1024, self.store.live // 4):
             self._compact()
 
@@ -78,21 +83,15 @@ class PSTreeMatcher(Matcher):
     # -- subclass hooks ----------------------------------------------------------------
 
     @abstractmethod
-    def _file(self, cid: int, covered: list[np.ndarray]) -> None:
-        """Add a newly stored conjunct to the posting lists.
+    def _file(self, inserted: InsertedConjuncts) -> None:
+        """Add newly stored conjuncts to the posting lists."""
 
-        ``covered[k]`` holds the space ids its k-th predicate (access order) covers.
-        """
-
-    def _unfile(self, cid: int) -> None:  # noqa: B027 - most matchers purge in bulk
-        """Take a conjunct out of structures that are not purged in bulk."""
+    def _unfile(self, cid: int) -> None:
+        """Note a conjunct's removal; posting lists are purged in bulk."""
 
     @abstractmethod
     def _on_splits(self, splits: list[Split]) -> None:
         """Copy postings of split spaces to their new space ids."""
-
-    def _on_merges(self, merges: list[Merge]) -> None:  # noqa: B027 - ids are never reused
-        """React to merged spaces; postings under dead ids are purged in bulk."""
 
     @abstractmethod
     def _match_chunk(self, located: LocatedBatch, events: list[FlatEvent],

@@ -1,0 +1,527 @@
+"""OpIndex (Zhang, Chan & Tan, PVLDB 7(8), 2014): pivot attributes, operator lists, counting.
+
+Owns the OpIndex matcher. Its two levels map onto the paper (opindex.txt, sections 4-6):
+
+* *Level 1, subscription partitioning*: every conjunct (a DNF conjunct is a subscription
+  of its own, section 6.1) gets one *pivot attribute* ``delta_S``, the attribute of its
+  predicates that is least frequent in the event stream (equation 1). The frequencies are
+  the per-(attribute, kind) event counts the forest keeps while locating events; before
+  any event has been seen they are all zero and the number of indexed conjuncts with a
+  predicate on the attribute stands in for them (the paper's "using the subscription
+  database to approximate"). A conjunct keeps its pivot for life.
+* *Level 2, predicate partitioning*: within a pivot's subscription list, every predicate
+  goes into one of three operator lists, ``=``, ``>=`` and ``<=``, sorted by
+  (attribute, operand). All of them are stored as one sorted run of ``int64`` keys
+  ``block << 32 | threshold`` where a *block* is (pivot, attribute, operator). The
+  directory from (pivot, attribute) to its blocks is a :class:`index.multimap.MultiMap`.
+
+The value domain of each (attribute, kind) is the order-preserving encoding of the
+PS-Tree forest (:class:`index.pstree.Forest`): the distinct operands ``b_0 < ... <
+b_{m-1}`` of all predicates give positions ``2i`` (the gap below ``b_i``) and ``2i + 1``
+(``b_i`` itself), so ints beyond 2**53, floats, strings and booleans all compare as
+small integers. An operand is stored as its bound id and turned into a position
+threshold through the forest's current ranks, hence strict ``<`` and ``>`` live in the
+``<=`` and ``>=`` lists (``x > b`` is ``pos >= 2 rank(b) + 2``, ``x < b`` is ``pos <= 2
+rank(b)``). The ``<=`` list is scanned from the event's position *up* to the end of the
+block (``A <= c`` holds for ``x`` when ``c >= x``; the paper prints the direction
+reversed), the ``>=`` list from the block start up to the event's position, ``=`` is an
+equal range.
+
+Every predicate of the language is a union of ``k`` disjoint intervals. Each bounded
+interval end becomes one ``>=`` or ``<=`` entry and a point interval one ``=`` entry;
+for a present value at most one interval holds, and exactly ``need = k + 1 - points -
+unbounded ends`` entries match when one does (``k - points - unbounded ends`` when
+none does). So ``in`` is the paper's disjunction of ``=`` sharing one counter slot,
+``between`` is ``>=`` and ``<=``, and ``!=`` / ``not in`` need no special case. A
+predicate with no bounded end (``like '%x'`` alone) gets one always-true ``<=`` entry
+so that the attribute must be present. A conjunct matches when its counter reaches the
+sum of its predicates' ``need``; ``like`` suffix/contains patterns, which are not
+intervals, are then checked exactly in Python (the paper's section 6.2 plugs a trie
+per extra operator into its lists; here ``like 'ab%'`` is already a string interval,
+i.e. a range of the sorted list, which is what the paper's trie over "A#o" returns).
+
+Matching (Algorithm 2), vectorised over a batch: locate every pair, take each pair
+whose attribute is a pivot, combine it with every pair of its event, look all the
+(pivot, attribute) blocks up in one batched directory search, test the ``=`` blocks'
+64-bit signatures, binary-search all ranges at once, and count. The counters are the
+paper's per-pivot counter arrays ``V_A`` (one slot per conjunct of the pivot's list),
+allocated per (event, pivot present) for the work at hand, so only the counters of
+pivots present in the event are ever touched, and counting is one ``bincount``.
+
+Deviations, and why:
+
+* *Segments and signatures*: the paper hashes attributes into ``b = 32`` segments per
+  list, each with a 64-bit signature. The directory here is exact per (pivot,
+  attribute), so every segment holds one attribute; the ``<=`` / ``>=`` signatures,
+  which hash the attribute only, would always be set and are omitted; the ``=``
+  segments keep their signature over the operand (the operand's point-space id).
+* *Deletion*, which the paper leaves out: a removed conjunct is tombstoned (its entries
+  stay in the lists and are dropped when counted) and the lists are rebuilt without the
+  dead entries once they exceed a quarter of the index, so a remove costs O(p) plus
+  amortised O(log n) per entry; the conjunct's bounds leave the forest at once.
+* *Insertion*: new entries go to a small sorted *delta* run next to the *main* run and
+  are merged into it once they exceed an eighth of it (amortised O(log n) per entry),
+  instead of the paper's in-place sorted insert (O(eta) moves in a C array). When
+  operands are added or released, main's thresholds are recomputed from the new ranks in
+  O(n) before the next match (their order cannot change).
+
+Costs: insert O(p log m) plus O(m) per new operand value; match per event O(m_E^2 log n)
+for the block searches plus O(matched entries + counter slots of the pivots present).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from index.columns import GrowableArray, expand_ranges
+from index.conjuncts import ConjunctStore
+from index.events import FlatEvent
+from index.language import Subscription
+from index.matcher import Matcher, MatcherStats
+from index.multimap import MultiMap
+from index.pstree import Forest
+
+EQ, GE, LE = 0, 1, 2
+"""The operator lists; a block id is ``3 * directory row + operator``."""
+UNBOUNDED = np.int64(2**31 - 1)
+"""Threshold of an always-true ``<=`` entry: above every position."""
+DELTA_MIN = 4096
+"""The delta run is merged into main once it exceeds this and an eighth of main."""
+PURGE_MIN = 1024
+"""Tombstoned conjuncts are purged once they exceed this and a quarter of the index."""
+WORK_CELLS = 1 << 21
+"""Most counter slots and (pivot, pair) combinations handled in one step of a batch."""
+_HASH = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _signature_bit(sids: np.ndarray) -> np.ndarray:
+    """The signature bit of an ``=`` operand, from its point space's id."""
+    return np.uint64(1) << ((sids.astype(np.uint64) * _HASH) >> np.uint64(58))
+
+
+class _Run:
+    """One sorted run of list entries, keyed ``block << 32 | threshold``.
+
+    The threshold of an entry on bound ``bid`` is ``2 rank(bid) + offset`` (offset 1 for
+    ``=`` and closed ends, 2 for an open ``>=``, 0 for an open ``<=``).
+    """
+
+    def __init__(self, block: np.ndarray, bid: np.ndarray, offset: np.ndarray,
+                 cid: np.ndarray, bound_rank: np.ndarray) -> None:
+        key = _keys(block, bid, offset, bound_rank)
+        order = np.argsort(key, kind="stable")
+        self.key = key[order]
+        self.block = block[order]
+        self.bid = bid[order]
+        self.offset = offset[order]
+        self.cid = cid[order]
+
+    def __len__(self) -> int:
+        return len(self.key)
+
+    def rekey(self, bound_rank: np.ndarray, alive: np.ndarray) -> None:
+        """Recompute the thresholds after rank changes. O(n).
+
+        Live entries keep their order (their bounds are still referenced, and new or
+        released values never reorder the others); a dead entry's bound may be gone, so
+        it takes the key before it, which keeps the run sorted.
+        """
+        fresh = _keys(self.block, self.bid, self.offset, bound_rank)
+        fresh[~alive[self.cid]] = -1
+        self.key = np.maximum.accumulate(fresh) if len(fresh) else fresh
+
+    def ranges(self, op: int, rows: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First entry and entry count matching each (directory row, position) query."""
+        head = (3 * rows + op) << 32
+        if op == EQ:
+            lo = np.searchsorted(self.key, head | pos)
+            hi = np.searchsorted(self.key, (head | pos) + 1)
+        elif op == GE:  # thresholds <= pos
+            lo = np.searchsorted(self.key, head)
+            hi = np.searchsorted(self.key, (head | pos) + 1)
+        else:  # LE: thresholds >= pos
+            lo = np.searchsorted(self.key, head | pos)
+            hi = np.searchsorted(self.key, head + (1 << 32))
+        return lo, hi - lo
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.key.nbytes + self.block.nbytes + self.bid.nbytes + self.offset.nbytes
+                   + self.cid.nbytes)
+
+
+def _keys(block: np.ndarray, bid: np.ndarray, offset: np.ndarray,
+          bound_rank: np.ndarray) -> np.ndarray:
+    threshold = 2 * bound_rank[np.maximum(bid, 0)].astype(np.int64) + offset
+    return (block << 32) | np.where(bid < 0, UNBOUNDED, threshold)
+
+
+def _new_delta() -> list[GrowableArray]:
+    """Columns of the unsorted delta: block, bound id, threshold offset, cid."""
+    return [GrowableArray(np.int64) for _ in range(4)]
+
+
+def _empty_run() -> _Run:
+    empty = np.zeros(0, dtype=np.int64)
+    return _Run(empty, empty, empty, empty, empty)
+
+
+class OpIndexMatcher(Matcher):
+    """Two-level OpIndex: pivot subscription lists, then sorted operator lists."""
+
+    name = "opindex"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.forest = Forest()
+        self.store = ConjunctStore(self.forest)
+        self._cids_of: dict[int, list[int]] = {}
+        # Level 1: per conjunct its pivot tree, counter slot in V_pivot and target count.
+        self.pivot = GrowableArray(np.int64)
+        self.counter_slot = GrowableArray(np.int64)
+        self.need = GrowableArray(np.int64)
+        self.list_size = np.zeros(0, dtype=np.int64)  # per tree: |V_A|, dead slots included
+        self.attribute_use = np.zeros(0, dtype=np.int64)  # per tree: live conjuncts on it
+        # Level 2: the directory (pivot, attribute) -> row, the '=' signatures per row.
+        self._rows: dict[int, int] = {}
+        self.directory = MultiMap()
+        self.row_tree = GrowableArray(np.int64)  # per row: the predicate attribute's tree
+        self.signature = GrowableArray(np.uint64)
+        # The lists: the sorted main run and the unsorted delta (sorted lazily).
+        self.main = _empty_run()
+        self._delta = _new_delta()
+        self._delta_run: _Run | None = None
+        self._ranks_changed = False
+        self._dead = 0
+
+    # -- insertion ---------------------------------------------------------------------
+
+    def _insert(self, slot: int, subscription: Subscription) -> None:
+        self._insert_many([(slot, subscription)])
+
+    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
+        slots, conjuncts = [], []
+        for slot, subscription in batch:
+            slots.extend([slot] * len(subscription.conjuncts))
+            conjuncts.extend(subscription.conjuncts)
+        spaces_before = self.forest.spaces.live
+        inserted = self.store.insert_many(slots, conjuncts)
+        self._ranks_changed |= self.forest.spaces.live != spaces_before
+        for slot, cid in zip(slots, inserted.cids.tolist(), strict=True):
+            self._cids_of.setdefault(slot, []).append(cid)
+        self._file(inserted.cids)
+
+    def _grow_tree_columns(self) -> None:
+        n = len(self.forest.trees)
+        if n > len(self.list_size):
+            grow = max(n, 2 * len(self.list_size), 16) - len(self.list_size)
+            self.list_size = np.concatenate([self.list_size, np.zeros(grow, np.int64)])
+            self.attribute_use = np.concatenate([self.attribute_use, np.zeros(grow, np.int64)])
+
+    def _file(self, cids: np.ndarray) -> None:
+        """Algorithm 1 for a batch of new conjuncts, vectorised: choose each pivot, take a
+        counter slot in its ``V_pivot``, append the entries to the delta run."""
+        store = self.store
+        self._grow_tree_columns()
+        owner, pids = expand_ranges(store.pred_start.data[cids], store.pred_count.data[cids])
+        trees = store.pred_tree.data[pids].astype(np.int64)
+        np.add.at(self.attribute_use, trees, 1)
+        # Pivot: the predicate tree with the fewest past events, then the fewest conjuncts.
+        frequency = np.array([t.total_events for t in self.forest.trees], dtype=np.int64)
+        order = np.lexsort((trees, self.attribute_use[trees], frequency[trees], owner))
+        first = np.flatnonzero(np.diff(owner[order], prepend=-1))
+        pivots = trees[order[first]]
+        # Counter slots: appended to each pivot's counter array in cid order.
+        by_pivot = np.argsort(pivots, kind="stable")
+        sorted_pivots = pivots[by_pivot]
+        group_start = np.searchsorted(sorted_pivots, sorted_pivots)
+        counter_slot = np.empty(len(cids), dtype=np.int64)
+        counter_slot[by_pivot] = (self.list_size[sorted_pivots]
+                                  + np.arange(len(cids)) - group_start)
+        np.add.at(self.list_size, pivots, 1)
+        # Entries, one row of the directory per (pivot, predicate attribute).
+        rows = self._rows_of((pivots[owner] << 32) | trees)
+        iv_owner, iids = expand_ranges(store.pred_iv_start.data[pids],
+                                       store.pred_iv_count.data[pids])
+        lo = store.iv_lo_bid.data[iids]
+        hi = store.iv_hi_bid.data[iids]
+        point = (lo >= 0) & (lo == hi)
+        ge = ~point & (lo >= 0)
+        le = ~point & (hi >= 0)
+        unbounded = (~point & (lo < 0)).astype(np.int64) + (~point & (hi < 0))
+        n_preds = len(pids)
+        need = (store.pred_iv_count.data[pids] + 1
+                - np.bincount(iv_owner, weights=point + unbounded, minlength=n_preds)
+                ).astype(np.int64)
+        presence = np.flatnonzero(need == 0)  # no bounded end: the value must be present
+        need[presence] = 1
+        pred_cid = cids[owner]
+        parts = (
+            (iv_owner[point], EQ, lo[point], np.ones(int(point.sum()), np.int64)),
+            (iv_owner[ge], GE, lo[ge], 2 - store.iv_lo_closed.data[iids][ge]),
+            (iv_owner[le], LE, hi[le], store.iv_hi_closed.data[iids][le]),
+            (presence, LE, np.full(len(presence), -1), np.zeros(len(presence), np.int64)),
+        )
+        for pred, op, bid, offset in parts:
+            columns = (3 * rows[pred] + op, bid, offset.astype(np.int64), pred_cid[pred])
+            for column, values in zip(self._delta, columns, strict=True):
+                column.extend(values)
+        eq_pred = iv_owner[point]
+        np.bitwise_or.at(self.signature.data, rows[eq_pred],
+                         _signature_bit(self._point_sids(trees[eq_pred], lo[point])))
+        self._delta_run = None
+        conj_need = np.bincount(owner, weights=need, minlength=len(cids)).astype(np.int64)
+        for column, values in ((self.pivot, pivots), (self.counter_slot, counter_slot),
+                               (self.need, conj_need)):
+            fresh = cids >= len(column)
+            column.extend(values[fresh])  # new cids are the highest, in increasing order
+            column.data[cids[~fresh]] = values[~fresh]
+
+    def _rows_of(self, keys: np.ndarray) -> np.ndarray:
+        """Directory rows of (pivot << 32 | attribute) keys, creating the new ones."""
+        unique, inverse = np.unique(keys, return_inverse=True)
+        rows = np.empty(len(unique), dtype=np.int64)
+        new_keys = []
+        for i, key in enumerate(unique.tolist()):
+            row = self._rows.get(key)
+            if row is None:
+                row = self._rows[key] = len(self._rows)
+                new_keys.append(key)
+                self.row_tree.append(key & 0xFFFFFFFF)
+                self.signature.append(0)
+            rows[i] = row
+        if new_keys:
+            added = np.array(new_keys, dtype=np.int64)
+            self.directory.add(added, np.array([self._rows[k] for k in new_keys], np.int32))
+        return rows[inverse.ravel()]
+
+    def _point_sids(self, trees: np.ndarray, bids: np.ndarray) -> np.ndarray:
+        """Ids of the point spaces of bounds (stable while the bound is referenced)."""
+        base, _, layout = self.forest.space_layout()
+        rank = self.forest.bound_rank[bids].astype(np.int64)
+        return layout[base[trees] + 2 * rank + 1]
+
+    # -- deletion ----------------------------------------------------------------------
+
+    def _delete(self, slot: int) -> None:
+        store = self.store
+        spaces_before = self.forest.spaces.live
+        for cid in self._cids_of.pop(slot):
+            start = int(store.pred_start.data[cid])
+            trees = store.pred_tree.data[start : start + int(store.pred_count.data[cid])]
+            self.attribute_use[trees] -= 1
+            store.remove(cid)
+            self._dead += 1
+        self._ranks_changed |= self.forest.spaces.live != spaces_before
+        if self._dead > max(PURGE_MIN, store.live // 4):
+            self._purge()
+
+    def _purge(self) -> None:
+        """Rebuild lists, signatures and counter slots without the removed conjuncts,
+        then let the store reuse their cids. O(n log n)."""
+        store = self.store
+        block, bid, offset, cid = self._all_entries()
+        keep = store.alive.data[cid]
+        self.main = _Run(block[keep], bid[keep], offset[keep], cid[keep],
+                         self.forest.bound_rank)
+        self._delta = _new_delta()
+        self._delta_run = None
+        self._ranks_changed = False
+        self.signature.replace(self._signatures())
+        live = np.flatnonzero(store.alive.view())
+        pivots = self.pivot.data[live]
+        by_pivot = np.argsort(pivots, kind="stable")
+        sorted_pivots = pivots[by_pivot]
+        slots = np.empty(len(live), dtype=np.int64)
+        slots[by_pivot] = np.arange(len(live)) - np.searchsorted(sorted_pivots, sorted_pivots)
+        self.counter_slot.data[live] = slots
+        self.list_size = np.bincount(pivots, minlength=len(self.list_size)).astype(np.int64)
+        self._dead = 0
+        store.reclaim()
+
+    def _signatures(self) -> np.ndarray:
+        """Every '=' segment's signature, from the entries of the main and delta runs."""
+        block, bid, _, cid = self._all_entries()
+        eq = np.flatnonzero((block % 3 == EQ) & self.store.alive.data[cid])
+        rows = block[eq] // 3
+        signature = np.zeros(len(self.signature), dtype=np.uint64)
+        sids = self._point_sids(self.row_tree.data[rows], bid[eq])
+        np.bitwise_or.at(signature, rows, _signature_bit(sids))
+        return signature
+
+    def _all_entries(self) -> tuple[np.ndarray, ...]:
+        main = self.main
+        return tuple(np.concatenate([part, column.view()]) for part, column in
+                     zip((main.block, main.bid, main.offset, main.cid), self._delta, strict=True))
+
+    # -- matching ----------------------------------------------------------------------
+
+    def _runs(self) -> list[_Run]:
+        """The sorted runs to search, brought up to date with inserts and rank changes."""
+        rank = self.forest.bound_rank
+        if len(self._delta[0]) > max(DELTA_MIN, len(self.main) // 8):
+            block, bid, offset, cid = self._all_entries()
+            self.main = _Run(block, bid, offset, cid, rank)
+            self._delta = _new_delta()
+            self._delta_run = None
+            self._ranks_changed = False
+        if self._ranks_changed:
+            self.main.rekey(rank, self.store.alive.data)
+            self._delta_run = None
+            self._ranks_changed = False
+        if self._delta_run is None:
+            self._delta_run = _Run(*(c.view() for c in self._delta), rank)
+        return [run for run in (self.main, self._delta_run) if len(run)]
+
+    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
+        runs = self._runs()
+        located = self.forest.locate_events(events)
+        order = np.argsort(located.event, kind="stable")
+        ev, tree = located.event[order], located.tree[order]
+        pos, sid = located.position[order], located.sid[order]
+        pair_start = np.searchsorted(ev, np.arange(len(events) + 1))
+        pivots = np.flatnonzero(self.list_size[tree] > 0) if len(tree) else tree
+        # Work per pivot pair: its counter slots plus its combinations with the pairs.
+        work = self.list_size[tree[pivots]] + np.diff(pair_start)[ev[pivots]]
+        found_e, found_c = [], []
+        for part in _split_by_work(pivots, work):
+            e, c = self._count(runs, part, ev, tree, pos, sid, pair_start)
+            found_e.append(e)
+            found_c.append(c)
+        e = np.concatenate(found_e) if found_e else np.zeros(0, np.int64)
+        c = np.concatenate(found_c) if found_c else np.zeros(0, np.int64)
+        e, c = self._check_patterns(e, c, events)
+        slots = self.store.slot.data[c]
+        order = np.argsort(e, kind="stable")
+        bounds = np.searchsorted(e[order], np.arange(1, len(events)))
+        return np.split(slots[order], bounds)
+
+    def _count(self, runs: list[_Run], pivots: np.ndarray, ev: np.ndarray, tree: np.ndarray,
+               pos: np.ndarray, sid: np.ndarray,
+               pair_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Count matched entries for a group of (event, pivot present) counter arrays.
+
+        Returns the (event, cid) pairs whose counter reached the conjunct's target.
+        """
+        pivot_tree = tree[pivots]
+        sizes = self.list_size[pivot_tree]
+        base = np.cumsum(sizes) - sizes
+        pivot_event = ev[pivots]
+        first = pair_start[pivot_event]
+        owner, pair = expand_ranges(first, pair_start[pivot_event + 1] - first)
+        combo, rows = self.directory.lookup((pivot_tree[owner] << 32) | tree[pair])
+        owner, pair, rows = owner[combo], pair[combo], rows.astype(np.int64)
+        p = pos[pair]
+        is_point = (p & 1) == 1
+        eq = np.flatnonzero(is_point & ((self.signature.data[rows] & _signature_bit(sid[pair]))
+                                        != 0))
+        counter, cids = [], []
+        for run in runs:
+            for op, sel in ((EQ, eq), (GE, slice(None)), (LE, slice(None))):
+                start, count = run.ranges(op, rows[sel], p[sel])
+                which, entry = expand_ranges(start, count)
+                entry_cid = run.cid[entry]
+                counter.append(base[owner[sel][which]] + self.counter_slot.data[entry_cid])
+                cids.append(entry_cid)
+        counter_cells = np.concatenate(counter)
+        cid = np.concatenate(cids)
+        live = self.store.alive.data[cid]
+        counter_cells, cid = counter_cells[live], cid[live]
+        total = int(sizes.sum())
+        counts = np.bincount(counter_cells, minlength=total)
+        cell_cid = np.zeros(total, dtype=np.int64)
+        cell_cid[counter_cells] = cid
+        hit = np.flatnonzero(counts)
+        hit = hit[counts[hit] == self.need.data[cell_cid[hit]]]
+        owner_of_hit = np.searchsorted(base, hit, side="right") - 1
+        return pivot_event[owner_of_hit], cell_cid[hit]
+
+    def _check_patterns(self, e: np.ndarray, c: np.ndarray,
+                        events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
+        """Exact check of ``like`` suffix/contains patterns, which are not intervals."""
+        patterned = np.flatnonzero(self.store.has_patterns.data[c])
+        if not len(patterned):
+            return e, c
+        keep = np.ones(len(c), dtype=bool)
+        patterns = self.store.patterned
+        for i in patterned.tolist():
+            keep[i] = patterns[int(c[i])].evaluate(events[int(e[i])])
+        return e[keep], c[keep]
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def stats(self) -> MatcherStats:
+        store, forest = self.store, self.forest
+        spaces = forest.spaces
+        forest_bytes = (spaces.tree.nbytes + spaces.predicate_counter.nbytes
+                        + spaces.event_counter.nbytes + spaces.alive.nbytes
+                        + forest.bound_tree.nbytes + forest.bound_rank.nbytes
+                        + sum(t.hi.nbytes + t.lo.nbytes + t.space_ids.nbytes + t.bound_ids.nbytes
+                              + t.refs.nbytes + 8 * len(t.values) for t in forest.trees))
+        lists = self.main.nbytes + sum(c.nbytes for c in self._delta)
+        level1 = (self.pivot.nbytes + self.counter_slot.nbytes + self.need.nbytes
+                  + self.list_size.nbytes + self.attribute_use.nbytes)
+        directory = self.directory.nbytes + self.signature.nbytes + 100 * len(self._rows)
+        total = forest_bytes + store.nbytes + lists + level1 + directory
+        return MatcherStats(len(self), store.live, store.live_predicates, len(self._rows),
+                            int(total))
+
+    def check(self) -> None:
+        self.forest.check()
+        self.store.check()
+        store = self.store
+        assert sum(len(c) for c in self._cids_of.values()) == store.live
+        block, _, offset, cid = self._all_entries()
+        live_entry = store.alive.data[cid]
+        rows = block // 3
+        row_pivot = np.zeros(len(self._rows), dtype=np.int64)
+        for key, row in self._rows.items():
+            row_pivot[row] = key >> 32
+            assert self.row_tree.data[row] == key & 0xFFFFFFFF
+        entries_of: dict[int, list[int]] = {}
+        for i in np.flatnonzero(live_entry).tolist():
+            entries_of.setdefault(int(cid[i]), []).append(i)
+        counter_slots: set[tuple[int, int]] = set()
+        use = np.zeros(len(self.list_size), dtype=np.int64)
+        for slot, cids in self._cids_of.items():
+            for c in cids:
+                assert store.alive.data[c] and store.slot.data[c] == slot
+                conjunct = store.conjunct(c)
+                trees = {self.forest.tree_of[(p.attribute, p.kind)] for p in conjunct.predicates}
+                use[list(trees)] += 1
+                pivot = int(self.pivot.data[c])
+                assert pivot in trees, "the pivot is not one of the conjunct's attributes"
+                counter_slot = int(self.counter_slot.data[c])
+                assert 0 <= counter_slot < self.list_size[pivot]
+                assert (pivot, counter_slot) not in counter_slots, "counter slot shared"
+                counter_slots.add((pivot, counter_slot))
+                mine = rows[entries_of[c]]
+                assert (row_pivot[mine] == pivot).all(), "entry outside the pivot's lists"
+                assert set(self.row_tree.data[mine].tolist()) == trees, "predicate not listed"
+                assert len(trees) <= self.need.data[c] <= len(mine)
+        assert (use == self.attribute_use[: len(use)]).all(), "attribute use counts disagree"
+        assert ((offset >= 0) & (offset <= 2)).all()
+        signature = self.signature.view()
+        assert not (self._signatures() & ~signature).any(), "'=' operand missing in signature"
+        for run in (self.main, self._delta_run):
+            if run is not None and len(run):
+                assert (np.diff(run.key) >= 0).all(), "run not sorted"
+
+
+def _split_by_work(items: np.ndarray, work: np.ndarray) -> list[np.ndarray]:
+    """Consecutive groups of ``items`` whose ``work`` sums to at most WORK_CELLS each
+    (a single heavier item forms its own group). ``items`` are ordered by event."""
+    if not len(items):
+        return []
+    total = np.cumsum(work)
+    groups = []
+    start = 0
+    while start < len(items):
+        limit = (total[start - 1] if start else 0) + WORK_CELLS
+        end = max(int(np.searchsorted(total, limit, side="right")), start + 1)
+        groups.append(items[start:end])
+        start = end
+    return groups
+
