@@ -138,15 +138,20 @@ class BETreeMatcher(Matcher):
     # -- hulls and cuts ----------------------------------------------------------------
 
     def _hulls(self, cid: int) -> dict[int, Hull]:
-        """The conjunct's hull per attribute tree (Table 1 of the paper)."""
-        conjunct = self.store.conjunct(cid)
-        tree_of = self.forest.tree_of
+        """The conjunct's hull per attribute tree (Table 1 of the paper), read from the
+        store's per-predicate hull columns. O(predicates)."""
+        store, forest = self.store, self.forest
+        start = int(store.pred_start.data[cid])
+        rows = slice(start, start + int(store.pred_count.data[cid]))
+        rank = forest.bound_rank
         hulls = {}
-        for predicate in conjunct.predicates:
-            first, last = predicate.intervals[0], predicate.intervals[-1]
-            lo = LOWEST if first.lo is None else (1, first.lo, 0 if first.lo_closed else 2)
-            hi = HIGHEST if last.hi is None else (1, last.hi, 2 if last.hi_closed else 0)
-            hulls[tree_of[(predicate.attribute, predicate.kind)]] = (lo, hi)
+        for tree, lo, lo_closed, hi, hi_closed in zip(
+                store.pred_tree.data[rows].tolist(), store.pred_lo_bid.data[rows].tolist(),
+                store.pred_lo_closed.data[rows].tolist(), store.pred_hi_bid.data[rows].tolist(),
+                store.pred_hi_closed.data[rows].tolist(), strict=True):
+            values = forest.trees[tree].values
+            hulls[tree] = (LOWEST if lo < 0 else (1, values[rank[lo]], 0 if lo_closed else 2),
+                           HIGHEST if hi < 0 else (1, values[rank[hi]], 2 if hi_closed else 0))
         return hulls
 
     def _midpoint(self, bucket: CNode) -> Cut | None:

@@ -37,22 +37,22 @@ class ConjunctStore:
 
     def __init__(self, forest: Forest) -> None:
         self.forest = forest
-        self.slot = GrowableArray(np.int64)
-        self.pred_start = GrowableArray(np.int64)
+        self.slot = GrowableArray(np.int32)
+        self.pred_start = GrowableArray(np.int32)
         self.pred_count = GrowableArray(np.int32)
         self.alive = GrowableArray(np.bool_)
         self.has_patterns = GrowableArray(np.bool_)
         self.patterned: dict[int, Conjunct] = {}
         self.pred_tree = GrowableArray(np.int32)
-        self.pred_iv_start = GrowableArray(np.int64)
+        self.pred_iv_start = GrowableArray(np.int32)
         self.pred_iv_count = GrowableArray(np.int32)
-        self.pred_lo_bid = GrowableArray(np.int64)
+        self.pred_lo_bid = GrowableArray(np.int32)
         self.pred_lo_closed = GrowableArray(np.bool_)
-        self.pred_hi_bid = GrowableArray(np.int64)
+        self.pred_hi_bid = GrowableArray(np.int32)
         self.pred_hi_closed = GrowableArray(np.bool_)
-        self.iv_lo_bid = GrowableArray(np.int64)
+        self.iv_lo_bid = GrowableArray(np.int32)
         self.iv_lo_closed = GrowableArray(np.bool_)
-        self.iv_hi_bid = GrowableArray(np.int64)
+        self.iv_hi_bid = GrowableArray(np.int32)
         self.iv_hi_closed = GrowableArray(np.bool_)
         self._free: list[int] = []
         self._size = 0  # cids ever allocated

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from index.columns import GrowableArray
 from index.conjuncts import ConjunctStore, InsertedConjuncts
 from index.events import FlatEvent
 from index.language import Subscription
@@ -35,7 +36,10 @@ class PSTreeMatcher(Matcher):
         super().__init__()
         self.forest = Forest()
         self.store = ConjunctStore(self.forest)
-        self._cids_of: dict[int, list[int]] = {}
+        # The conjuncts of each subscription, as linked lists in two int32 columns:
+        # first_cid[slot] and next_cid[cid] (-1 ends a list).
+        self.first_cid = GrowableArray(np.int32)
+        self.next_cid = GrowableArray(np.int32)
 
     # -- Matcher hooks -----------------------------------------------------------------
 
@@ -50,11 +54,19 @@ class PSTreeMatcher(Matcher):
         inserted = self.store.insert_many(slots, conjuncts)
         self._on_splits(inserted.splits)
         self._file(inserted)
-        for slot, cid in zip(slots, inserted.cids.tolist(), strict=True):
-            self._cids_of.setdefault(slot, []).append(cid)
+        cids, slot_of_cid = inserted.cids, np.asarray(slots, dtype=np.int64)
+        for column, size in ((self.first_cid, int(slot_of_cid.max()) + 1),
+                             (self.next_cid, int(cids.max()) + 1)):
+            if size > len(column):
+                column.extend(np.full(size - len(column), -1, dtype=np.int32))
+        # Link each conjunct in front of its subscription's list, last one first.
+        first, nxt = self.first_cid.data, self.next_cid.data
+        for cid, slot in zip(cids[::-1].tolist(), slot_of_cid[::-1].tolist(), strict=True):
+            nxt[cid] = first[slot]
+            first[slot] = cid
 
     def _delete(self, slot: int) -> None:
-        for cid in self._cids_of.pop(slot):
+        for cid in self._cids(slot):
             self._unfile(cid)
             self.store.remove(cid)
         if len(self.store._removed) > max(1024, self.store.live // 4):
@@ -79,6 +91,16 @@ class PSTreeMatcher(Matcher):
             found_c.append(c)
         return _group(len(events), np.concatenate(found_e),
                       self.store.slot.data[np.concatenate(found_c)])
+
+    def _cids(self, slot: int) -> list[int]:
+        """The conjuncts of the subscription in ``slot``; unlinks them. O(conjuncts)."""
+        cids = []
+        cid = int(self.first_cid.data[slot])
+        while cid >= 0:
+            cids.append(cid)
+            cid = int(self.next_cid.data[cid])
+        self.first_cid.data[slot] = -1
+        return cids
 
     # -- subclass hooks ----------------------------------------------------------------
 
@@ -139,11 +161,15 @@ class PSTreeMatcher(Matcher):
     def check(self) -> None:
         self.forest.check()
         self.store.check()
-        assert sum(len(c) for c in self._cids_of.values()) == self.store.live
-        for slot, cids in self._cids_of.items():
-            assert self._ids[slot] is not None
-            for cid in cids:
+        linked = 0
+        for slot in self._slot_of.values():
+            cid = int(self.first_cid.data[slot])
+            assert cid >= 0, f"subscription in slot {slot} has no conjunct"
+            while cid >= 0:
                 assert self.store.alive.data[cid] and self.store.slot.data[cid] == slot
+                linked += 1
+                cid = int(self.next_cid.data[cid])
+        assert linked == self.store.live
 
 
 def space_key(sid: int | np.ndarray) -> int | np.ndarray:

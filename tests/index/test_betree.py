@@ -1,0 +1,153 @@
+"""BE-Tree specifics: partitioning, clustering, bucket splits, capacity growth, deletion.
+
+Answers are compared with ``scan`` throughout; ``check()`` runs after every mutation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from index import make_matcher
+from index.betree import HIGHEST, LOWEST, MAX_CAP, BETreeMatcher, CNode
+
+
+def build(subscriptions: dict[str, str]) -> tuple[BETreeMatcher, object]:
+    matcher, scan = BETreeMatcher(), make_matcher("scan")
+    for sub_id, text in subscriptions.items():
+        matcher.add(sub_id, text)
+        scan.add(sub_id, text)
+        matcher.check()
+    return matcher, scan
+
+
+def agree(matcher: BETreeMatcher, scan: object, events: list[dict]) -> None:
+    assert matcher.match_batch(events) == scan.match_batch(events)  # type: ignore[attr-defined]
+
+
+def tree(matcher: BETreeMatcher, attribute: str) -> int:
+    return next(t.tree_id for t in matcher.forest.trees if t.attribute == attribute)
+
+
+def node_of(matcher: BETreeMatcher, sub_id: str) -> CNode:
+    (cid,) = matcher._cids_of[matcher._slot_of[sub_id]]
+    return matcher._node_of[cid]
+
+
+def test_an_overflowing_root_is_partitioned_on_the_most_popular_attribute() -> None:
+    subs = {f"s{i}": f"a = {i} and x{i} = 1" for i in range(MAX_CAP + 1)}
+    matcher, scan = build(subs)
+    assert set(matcher.root.pdir) == {tree(matcher, "a")}
+    assert not matcher.root.lnode
+    pnode = matcher.root.pdir[tree(matcher, "a")]
+    assert pnode.score == MAX_CAP + 1
+    agree(matcher, scan, [{"a": i, f"x{i}": 1} for i in range(8)] + [{"a": 1}])
+
+
+def test_attributes_shared_by_fewer_than_min_size_conjuncts_grow_the_leaf() -> None:
+    lonely = {f"t{i}": f"z{i} = 1 and w{i % 3} = 1" for i in range(MAX_CAP + 1)}
+    matcher, scan = build(lonely)  # w0, w1, w2 shared by 2 each: below min_size
+    assert not matcher.root.pdir
+    assert len(matcher.root.lnode) == MAX_CAP + 1
+    assert matcher.root.capacity == 2 * MAX_CAP  # grown, not looping
+    shared = {f"s{i}": f"x{i} = 1 and y > {i}" for i in range(MAX_CAP)}
+    for sub_id, text in shared.items():
+        matcher.add(sub_id, text)
+        scan.add(sub_id, text)  # type: ignore[attr-defined]
+        matcher.check()
+    assert set(matcher.root.pdir) == {tree(matcher, "y")}  # y: 5 >= min_size
+    assert len(matcher.root.lnode) == MAX_CAP + 1
+    agree(matcher, scan, [{"z1": 1, "w1": 1}, {"x1": 1, "y": 3}, {"x0": 1, "y": 0}])
+
+
+def bulk(subscriptions: dict[str, str]) -> tuple[BETreeMatcher, object]:
+    """Built with ``add_many``: the whole domain is known before the first split."""
+    matcher, scan = BETreeMatcher(), make_matcher("scan")
+    matcher.add_many(subscriptions.items())
+    scan.add_many(subscriptions.items())  # type: ignore[attr-defined]
+    matcher.check()
+    return matcher, scan
+
+
+def test_buckets_split_at_the_middle_position_into_lo_m_and_m_plus_1_hi() -> None:
+    matcher, scan = bulk({f"s{i}": f"a = {i}" for i in range(12)})
+    root_bucket = matcher.root.pdir[tree(matcher, "a")].root
+    assert root_bucket.left is not None and root_bucket.right is not None
+    # 12 values: positions 0..24; [0, 12] and [13, 24], i.e. the cut just before value 6.
+    assert root_bucket.left.hi == root_bucket.right.lo == (1, 6, 0)
+    assert root_bucket.lo == LOWEST and root_bucket.hi == HIGHEST
+    assert node_of(matcher, "s0") is not root_bucket  # points reach small buckets
+    agree(matcher, scan, [{"a": v} for v in (-1, 0, 5, 6, 6.5, 11, 12)])
+
+
+def test_midpoint_of_a_bucket_not_starting_at_zero() -> None:
+    matcher, _ = bulk({f"s{i}": f"a = {i}" for i in range(12)})
+    bucket = matcher.root.pdir[tree(matcher, "a")].root.right
+    assert bucket is not None
+    # [13, 24] -> [13, 18], [19, 24]: the cut just before position 19, value 9.
+    assert matcher._midpoint(CNode(bucket.used, bucket.pnode, (1, 6, 0), HIGHEST)) == (1, 9, 0)
+    atomic = CNode(bucket.used, bucket.pnode, (1, 6, 0), (1, 6, 2))  # [6] alone
+    assert matcher._midpoint(atomic) is None
+
+
+def test_an_atomic_bucket_partitions_then_grows() -> None:
+    subs = {f"s{i}": "a = 1" for i in range(3 * MAX_CAP)}
+    matcher, scan = build(subs)
+    node = node_of(matcher, "s0")
+    assert all(node_of(matcher, f"s{i}") is node for i in range(3 * MAX_CAP))
+    assert node.capacity == 3 * MAX_CAP and matcher._midpoint(node) is None
+    agree(matcher, scan, [{"a": 1}, {"a": 1.5}, {"a": 0}])
+
+
+def test_not_equal_and_not_in_map_to_the_whole_domain_and_are_rechecked() -> None:
+    subs = {f"e{i}": f"a = {i}" for i in range(10)}
+    subs |= {"ne": "a != 3", "notin": "a not in (1, 2)", "in": "a in (4, 8)"}
+    matcher, scan = build(subs)
+    root_bucket = matcher.root.pdir[tree(matcher, "a")].root
+    assert node_of(matcher, "ne") is root_bucket and node_of(matcher, "notin") is root_bucket
+    in_node = node_of(matcher, "in")
+    assert in_node.lo <= (1, 4, 0) and in_node.hi >= (1, 8, 2)
+    agree(matcher, scan, [{"a": v} for v in range(-1, 11)] + [{"b": 3}, {"a": "3"}])
+
+
+def test_the_domain_grows_under_existing_buckets() -> None:
+    matcher, scan = build({f"s{i}": f"a between {i} and {i + 1}" for i in range(0, 40, 2)})
+    for i in range(40):  # values between the old bounds, and ints beyond 2**53
+        text = f"a = {i + 0.5}" if i % 2 else f"a > {2**53 + i}"
+        matcher.add(f"t{i}", text)
+        scan.add(f"t{i}", text)  # type: ignore[attr-defined]
+        matcher.check()
+    events = [{"a": v / 4} for v in range(-4, 170)] + [{"a": 2**53 + i} for i in range(42)]
+    agree(matcher, scan, events)
+
+
+def test_deletion_merges_buckets_and_removes_empty_p_nodes() -> None:
+    subs = {f"s{i}": f"a = {i} and b{i % 4} < {i}" for i in range(40)}
+    matcher, scan = build(subs)
+    events = [{"a": i, f"b{i % 4}": i - 1} for i in range(41)]
+    agree(matcher, scan, events)
+    assert matcher.root.pdir
+    for i in range(40):
+        matcher.remove(f"s{i}")
+        scan.remove(f"s{i}")  # type: ignore[attr-defined]
+        matcher.check()
+        agree(matcher, scan, events)
+    assert not matcher.root.pdir and not matcher.root.lnode
+    assert matcher.stats().spaces == 1  # only the root c-node is left
+
+
+def test_removing_half_keeps_scores_and_leaves_consistent() -> None:
+    subs = {f"s{i}": f"a < {i % 17} and c in ({i % 5}, {i % 7})" for i in range(120)}
+    matcher, scan = build(subs)
+    for i in range(0, 120, 2):
+        matcher.remove(f"s{i}")
+        scan.remove(f"s{i}")  # type: ignore[attr-defined]
+    matcher.check()
+    agree(matcher, scan, [{"a": i % 20, "c": i % 9} for i in range(60)])
+
+
+@pytest.mark.parametrize("value", [2**53, 2**53 + 1, 2.0**53, -0.0, "é", "", True, 1e300])
+def test_exotic_values(value: object) -> None:
+    subs = {"eq": "v = 9007199254740993", "lt": "v < 9007199254740993", "s": "v >= 'a'",
+            "b": "v != true", "f": "v > 1e299", "like": "v like '%'", "pre": "v like 'é%'"}
+    matcher, scan = build(subs | {f"n{i}": f"v = {i}" for i in range(10)})
+    agree(matcher, scan, [{"v": value}])

@@ -1,0 +1,131 @@
+"""The subscription language: parsing, errors with positions, normal form, limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
+from index.language import (
+    MAX_CONJUNCTS,
+    Interval,
+    Kind,
+    parse_expression,
+    parse_subscription,
+)
+
+
+def only_predicates(text: str):
+    (conjunct,) = parse_subscription(text).conjuncts
+    return {p.attribute: p for p in conjunct.predicates}
+
+
+def test_the_readme_example_parses_into_one_conjunct_per_branch_of_the_negation():
+    sub = parse_subscription(
+        "price < 100 and category in ('books', 'music') and not (brand = 'acme' or stock <= 0)"
+    )
+    (conjunct,) = sub.conjuncts
+    preds = {p.attribute: p for p in conjunct.predicates}
+    assert preds["price"].intervals == (Interval(None, False, 100, False),)
+    assert [iv.lo for iv in preds["category"].intervals] == ["books", "music"]
+    # not (brand = 'acme') is brand != 'acme': two open intervals around 'acme'.
+    assert preds["brand"].intervals == (
+        Interval(None, False, "acme", False), Interval("acme", False, None, False))
+    assert preds["stock"].intervals == (Interval(0, False, None, False),)
+
+
+@pytest.mark.parametrize("text", [
+    "a = 1 AND b = 2", "a == 1 and b = 2", "A = 1 and b = 2",
+])
+def test_keywords_are_case_insensitive_and_double_equals_is_equals(text):
+    assert {p.attribute for p in parse_subscription(text).conjuncts[0].predicates} in (
+        {"a", "b"}, {"A", "b"})
+
+
+def test_operators_spelled_two_ways_mean_the_same():
+    assert only_predicates("a <> 3") == only_predicates("a != 3")
+    assert only_predicates("a not in (1, 2)") == only_predicates("not a in (1, 2)")
+    assert only_predicates("a not between 1 and 2") == only_predicates("not (a between 1 and 2)")
+
+
+def test_dotted_and_backquoted_attribute_names():
+    assert set(only_predicates("user.age >= 18 and `first name` = 'Ann'")) == {
+        "user.age", "first name"}
+
+
+def test_values_numbers_strings_with_escapes_and_booleans():
+    preds = only_predicates(r"""a = -1.5e3 and b = 'it\'s' and c = "tab\there" and d = true""")
+    assert preds["a"].intervals[0].lo == -1500.0
+    assert preds["b"].intervals[0].lo == "it's"
+    assert preds["c"].intervals[0].lo == "tab\there"
+    assert preds["d"].kind is Kind.BOOL and preds["d"].intervals[0].lo is True
+
+
+def test_predicates_on_one_attribute_merge_into_one_interval():
+    assert only_predicates("a > 1 and a < 5")["a"].intervals == (Interval(1, False, 5, False),)
+
+
+def test_like_prefix_is_an_interval_and_suffix_a_pattern():
+    assert only_predicates("s like 'ab%'")["s"].intervals == (Interval("ab", True, "ac", False),)
+    suffix = only_predicates("s like '%son'")["s"]
+    assert suffix.patterns and suffix.test("jackson") and not suffix.test("sonny")
+
+
+def test_or_and_not_become_dnf():
+    sub = parse_subscription("(a = 1 or b = 2) and not (c = 3 and d = 4)")
+    assert len(sub.conjuncts) == 4
+
+
+def test_a_conjunct_that_can_never_be_true_is_dropped():
+    sub = parse_subscription("(a > 5 and a < 3) or b = 1")
+    assert [p.attribute for c in sub.conjuncts for p in c.predicates] == ["b"]
+
+
+def test_kinds_mixed_on_one_attribute_in_a_conjunct_can_never_be_true():
+    with pytest.raises(UnsatisfiableError):
+        parse_subscription("a = 1 and a = 'x'")
+
+
+@pytest.mark.parametrize(("text", "position", "words"), [
+    ("a = ", 4, "expected a value"),
+    ("a in ()", 6, "expected a value"),
+    ("a = 1 and", 9, "expected an attribute"),
+    ("a = 1 b = 2", 6, "unexpected 'b'"),
+    ("(a = 1", 6, "expected ')'"),
+    ("a = 'open", 4, "unterminated string"),
+    ("a ~ 1", 2, "unexpected character"),
+    ("a = 99999999999999999999", 4, "64-bit"),
+    ("a = 1e999", 4, "finite"),
+    ("f < true", 2, "booleans"),
+    ("a in (1, 'x')", 2, "mix kinds"),
+    ("s like 'a%b'", 7, "like supports"),
+    ("a between 1 or 2", 12, "expected 'and' in between"),
+    ("a not = 1", 6, "expected in, between or like"),
+])
+def test_errors_name_the_position_and_the_problem(text, position, words):
+    with pytest.raises(ExpressionError) as info:
+        parse_subscription(text)
+    assert isinstance(info.value, ValueError)
+    assert info.value.position == position
+    assert words in str(info.value)
+    assert f"at position {position}" in str(info.value)
+
+
+def test_empty_expression_is_an_error():
+    with pytest.raises(ExpressionError, match="empty expression"):
+        parse_subscription("   ")
+
+
+def test_too_many_conjuncts_is_a_clear_error_not_a_blow_up():
+    clause = " and ".join(f"(a{i} = 1 or b{i} = 2)" for i in range(7))  # 2**7 = 128
+    with pytest.raises(ExpressionLimitError, match=f"more than {MAX_CONJUNCTS} conjuncts"):
+        parse_subscription(clause)
+
+
+def test_deep_nesting_is_a_clear_error():
+    with pytest.raises(ExpressionLimitError, match="nested deeper"):
+        parse_expression("(" * 200 + "a = 1" + ")" * 200)
+
+
+def test_unsatisfiable_expression_is_rejected():
+    with pytest.raises(UnsatisfiableError, match="never be true"):
+        parse_subscription("a > 5 and a < 3")

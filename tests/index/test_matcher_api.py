@@ -1,0 +1,67 @@
+"""The one interface all matchers share, used as the service and outside checks use it."""
+
+from __future__ import annotations
+
+import pytest
+
+from index import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
+
+
+@pytest.fixture(params=MATCHERS)
+def matcher(request):
+    return make_matcher(request.param)
+
+
+def test_matchers_lists_the_papers_matchers():
+    assert {"scan", "pstbloom", "psthash"} <= set(MATCHERS)
+
+
+def test_unknown_matcher_name_is_a_clear_error():
+    with pytest.raises(UnknownMatcherError, match="choose one of"):
+        make_matcher("nope")
+
+
+def test_add_match_replace_remove(matcher):
+    matcher.add("cheap", "price < 100")
+    matcher.add("books", "category = 'books'")
+    matcher.check()
+    assert len(matcher) == 2
+    assert matcher.match({"price": 5, "category": "books"}) == {"cheap", "books"}
+    matcher.add("cheap", "price < 1")  # replaces
+    matcher.check()
+    assert len(matcher) == 2
+    assert matcher.match({"price": 5}) == set()
+    matcher.remove("books")
+    matcher.check()
+    assert matcher.match({"category": "books"}) == set()
+    with pytest.raises(KeyError):
+        matcher.remove("books")
+
+
+def test_a_bad_expression_leaves_the_index_unchanged(matcher):
+    matcher.add("s", "a = 1")
+    with pytest.raises(ExpressionError):
+        matcher.add("s", "a = ")
+    assert matcher.match({"a": 1}) == {"s"}
+
+
+def test_match_batch_answers_in_order(matcher):
+    matcher.add_many([(1, "a = 1"), (2, "a = 2"), (3, "a >= 1")])
+    matcher.check()
+    assert matcher.match_batch([{"a": 2}, {}, {"a": 1}]) == [{2, 3}, set(), {1, 3}]
+
+
+def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
+    matcher.add_many([("x", "a = 1"), ("x", "a = 2")])
+    matcher.check()
+    assert len(matcher) == 1
+    assert matcher.match_batch([{"a": 1}, {"a": 2}]) == [set(), {"x"}]
+
+
+def test_stats_count_the_index(matcher):
+    matcher.add_many([("x", "a = 1 or b in (1, 2)"), ("y", "c > 3 and d < 2")])
+    stats = matcher.stats()
+    assert (stats.subscriptions, stats.conjuncts, stats.predicates) == (2, 3, 4)
+    assert stats.estimated_bytes > 0
+    assert set(stats.as_dict()) == {
+        "subscriptions", "conjuncts", "predicates", "spaces", "estimated_bytes"}
