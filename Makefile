@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean system-deps jars
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,10 +13,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-run: $(STAMP)
-	$(PY) -m index.demo
+# Debian's redis-server, Java, Maven and prometheus (apt-get, only when missing).
+system-deps:
+	scripts/install-system-deps.sh
 
-test: $(STAMP)
+# Kafka broker jars and Spark's Kafka connector, resolved with Maven into .cache/.
+jars: system-deps
+	scripts/fetch-jars.sh
+
+# The streaming service in the foreground: starts Kafka and Redis on 127.0.0.1:9092 and
+# :6379 when nothing answers there, creates the topics; Ctrl-C stops all it started.
+run: $(STAMP) system-deps jars
+	$(VENV)/bin/psmatch run --start-local
+
+test: $(STAMP) system-deps jars
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 

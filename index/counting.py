@@ -3,25 +3,26 @@
 Owns counting's phase-2 structure on top of Le Subscribe's phase 1
 (:class:`index.predicate_index.PredicateIndex`):
 
-* the *association table*: a :class:`index.multimap.MultiMap` from each predicate id to
-  the conjuncts that contain it (one entry per occurrence).
+* the *association table*: for each predicate id, the conjuncts that contain it (one
+  entry per occurrence), a :class:`index.predicate_index.SortedEntries` keyed by pid
+  whose dense directory finds a pid's conjuncts in O(1).
 
-Matching a chunk of events: phase 1 gives the satisfied (event, pid) pairs; for each
-satisfied predicate the counters of all conjuncts containing it are incremented (one
-``bincount`` over the chunk's dense ``events x conjuncts`` counter table); a conjunct
-matches when its counter equals its number of paper predicates. ``between`` and
-``like 'ab%'`` count as two predicates on one attribute; the counters keep that
-multiplicity because hits are (event, conjunct) pairs, not sets. Conjuncts with a
-residual condition (see :func:`index.predicate_index.decompose`) are verified after.
+Matching a chunk of events: phase 1 gives the satisfied (event, pid) pairs; each
+satisfied predicate adds one hit to every conjunct containing it, and a conjunct
+matches when its hits equal its number of paper predicates
+(:func:`index.predicate_index.count_complete`). ``between`` and ``like 'ab%'`` count as
+two predicates on one attribute; the count keeps that multiplicity because hits are
+(event, conjunct) pairs, not sets. Conjuncts with a residual condition (see
+:func:`index.predicate_index.decompose`) are verified after.
 
-Deletion (not in the paper): a removed conjunct's size becomes -1 so its counter never
-completes; its predicates lose a reference (the last reference removes the predicate
-from phase 1 at the next build); its postings are purged in bulk by
-:meth:`MultiMap.compact` once removals reach a quarter of the index.
+Deletion (not in the paper): a removed conjunct's size becomes -1 so its count never
+completes; its predicates lose a reference (the last one takes the predicate out of
+phase 1 at the next build); its associations are purged in bulk once removals reach a
+quarter of the index.
 
 Cost per event: phase 1 O(pairs x log n + satisfied predicates), then O(sum of the
-posting lengths of the satisfied predicates) increments, plus O(conjuncts) to zero the
-counter table. Memory O(distinct predicates + predicate occurrences).
+association lengths of the satisfied predicates) for the hits and their sort.
+Memory O(distinct predicates + predicate occurrences).
 """
 
 from __future__ import annotations
@@ -30,12 +31,13 @@ import numpy as np
 
 from index.events import FlatEvent
 from index.matcher import MatcherStats
-from index.multimap import MultiMap
 from index.predicate_index import (
     PaperPredicate,
     PredicateIndex,
+    SortedEntries,
     TwoPhaseMatcher,
     count_complete,
+    expected_entries,
 )
 
 
@@ -47,12 +49,11 @@ class CountingMatcher(TwoPhaseMatcher):
     def __init__(self) -> None:
         super().__init__()
         self.predicates = PredicateIndex()
-        self.associations = MultiMap()
+        self.associations = SortedEntries(None)
 
     def _file(self, cid: int, predicates: list[PaperPredicate]) -> None:
-        pids = [self.predicates.acquire(p) for p in predicates]
-        self.associations.add(np.asarray(pids, dtype=np.int64),
-                              np.full(len(pids), cid, dtype=np.int32))
+        for predicate in predicates:
+            self.associations.add(self.predicates.acquire(predicate), cid)
 
     def _unfile(self, cid: int, predicates: list[PaperPredicate]) -> None:
         for predicate in predicates:
@@ -60,20 +61,19 @@ class CountingMatcher(TwoPhaseMatcher):
 
     def _prepare(self) -> None:
         self.predicates.refresh()
+        if self.associations.dirty:
+            self.associations.build(self.table.alive.data)
 
     def _purge(self) -> None:
-        alive = self.table.alive.data
-        self.associations.compact(lambda _keys, cids: alive[cids])
+        self.associations.mark_dead()
+        self._prepare()
         self.predicates.reclaim()
-
-    def _event_cells(self) -> int:
-        return len(self.table)
 
     def _match_chunk(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
         ev, pids = self.predicates.satisfied(events)
-        query, cids = self.associations.lookup(pids)
-        e, c = count_complete(ev[query], cids.astype(np.int64), len(events), self.table)
-        return e, c, len(cids)
+        query, position = self.associations.equal((pids,))
+        e, c = count_complete(ev[query], self.associations.owners[position], self.table)
+        return e, c, len(position)
 
     def stats(self) -> MatcherStats:
         total = self.predicates.nbytes + self.associations.nbytes + self.table.nbytes
@@ -83,10 +83,8 @@ class CountingMatcher(TwoPhaseMatcher):
     def check(self) -> None:
         super().check()
         self.predicates.check(self._live_predicates())
-        pids, cids = self.associations.entries()
-        alive = self.table.alive.data[cids]
-        found = sorted(zip(pids[alive].tolist(), cids[alive].tolist(), strict=True))
+        self.associations.check()
         pid_of = self.predicates.pid_of
-        expected = sorted((pid_of[p], cid) for cid, ps in enumerate(self.table.predicates)
-                          if ps is not None for p in ps)
-        assert found == expected, "association table disagrees with the conjuncts"
+        expected = expected_entries(None, ((pid_of[p], cid) for cid, ps in
+                                           self.table.predicates() for p in ps))
+        assert self.associations.live(self.table.alive.data) == expected

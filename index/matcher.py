@@ -128,8 +128,8 @@ class Matcher(ABC):
         one by one with :func:`index.events.flatten_event` first).
         """
         flat = [flatten_event(event, position=i) for i, event in enumerate(events)]
-        ids = self._ids
-        return [{ids[slot] for slot in slots} for slots in self._match_flat(flat)]
+        lookup = self._ids.__getitem__
+        return [set(map(lookup, slots)) for slots in self._match_flat(flat)]
 
     @abstractmethod
     def stats(self) -> MatcherStats:

@@ -27,12 +27,12 @@ paper lacks map as in :func:`index.predicate_index.decompose` (``in`` = several 
 items of one conjunct, at most one of which can hit).
 
 Deletion (the paper: "the reverse procedure of insertion", details skipped): a removed
-conjunct's size becomes -1 so its count never completes, the lists holding its
-entries are marked, and the next build of each (before the next match) drops its
-entries in one O(n) filter.
+conjunct's size becomes -1 so its count never completes, and its entries stay in the
+lists until removals reach a quarter of the index; then every list drops the entries
+of dead conjuncts in one O(n) filter (amortised O(predicates) per removal).
 
 Cost per event pair: O(log n + L) with L the entries satisfied, as in the paper; then
-O(hits) counting plus O(conjuncts) to zero the counter table per event.
+O(hits) counting (one sort of the hits).
 Memory O(predicate occurrences).
 """
 
@@ -83,24 +83,15 @@ class PBTree:
             if op in (Op.LT, Op.LE):
                 self.less.add(constant, cid)
 
-    def mark_dead(self, op: Op) -> None:
-        """A conjunct with a predicate ``op`` here was removed."""
-        if op is Op.NE:
-            self.inequality.mark_dead()
-            return
-        if op in (Op.EQ, Op.LE, Op.GE):
-            self.leaf.mark_dead()
-        if op in (Op.GT, Op.GE):
-            self.greater.mark_dead()
-        if op in (Op.LT, Op.LE):
-            self.less.mark_dead()
-
     @property
     def structures(self) -> tuple[SortedEntries, SortedEntries, SortedEntries, ExclusionList]:
         return self.leaf, self.greater, self.less, self.inequality
 
-    def build(self, alive: np.ndarray) -> None:
+    def build(self, alive: np.ndarray, purge: bool = False) -> None:
+        """Merge pending entries; with ``purge``, also drop entries of dead conjuncts."""
         for structure in self.structures:
+            if purge:
+                structure.mark_dead()
             if structure.dirty:
                 structure.build(alive)
 
@@ -159,12 +150,6 @@ class PBTreeMatcher(TwoPhaseMatcher):
             self.trees[tid].insert(cid, predicate)
             self._dirty.add(tid)
 
-    def _unfile(self, cid: int, predicates: list[PaperPredicate]) -> None:
-        for predicate in predicates:
-            tid = self.tree_of[(predicate.attribute, predicate.kind)]
-            self.trees[tid].mark_dead(predicate.op)
-            self._dirty.add(tid)
-
     def _prepare(self) -> None:
         alive = self.table.alive.data
         for tid in self._dirty:
@@ -173,9 +158,8 @@ class PBTreeMatcher(TwoPhaseMatcher):
 
     def _purge(self) -> None:
         self._prepare()
-
-    def _event_cells(self) -> int:
-        return len(self.table)
+        for tree in self.trees:
+            tree.build(self.table.alive.data, purge=True)
 
     def _match_chunk(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
         parts_e, parts_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
@@ -184,7 +168,7 @@ class PBTreeMatcher(TwoPhaseMatcher):
             parts_e.append(np.asarray(rows, dtype=np.int64)[pair])
             parts_c.append(cids)
         ev, cids = np.concatenate(parts_e), np.concatenate(parts_c)
-        e, c = count_complete(ev, cids, len(events), self.table)
+        e, c = count_complete(ev, cids, self.table)
         return e, c, len(cids)
 
     def stats(self) -> MatcherStats:
@@ -197,8 +181,8 @@ class PBTreeMatcher(TwoPhaseMatcher):
         alive = self.table.alive.data
         want: dict[tuple[int, str], list[tuple[Value, int]]] = {}
         want_ne: dict[int, Counter[int]] = {}
-        for cid, predicates in enumerate(self.table.predicates):
-            for predicate in predicates or ():
+        for cid, predicates in self.table.predicates():
+            for predicate in predicates:
                 tid = self.tree_of[(predicate.attribute, predicate.kind)]
                 op = predicate.op
                 lists = (["inequality"] if op is Op.NE else
@@ -213,10 +197,10 @@ class PBTreeMatcher(TwoPhaseMatcher):
         for tid, tree in enumerate(self.trees):
             for name in ("leaf", "greater", "less"):
                 entries: SortedEntries = getattr(tree, name)
-                entries.check(alive)
+                entries.check()
                 assert entries.live(alive) == expected_entries(tree.kind,
                                                                want.get((tid, name), []))
-            tree.inequality.check(alive)
+            tree.inequality.check()
             owners, points = tree.inequality.live(alive)
             assert owners == want_ne.get(tid, Counter()), "a conjunct twice in a != list"
             assert points == expected_entries(tree.kind, want.get((tid, "inequality"), []))

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import pairwise
@@ -63,8 +63,10 @@ from index.pstree_matcher import _group
 
 HIT_BUDGET = 1 << 22
 """Most (event, owner) hits one chunk of a batch should produce (32 MiB per column)."""
-CELLS = 1 << 22
-"""Most cells of one chunk's dense per-event table (counters or bit vectors)."""
+BIT_CELLS = 1 << 24
+"""Most cells of Propagation's dense predicate bit vectors (16 MiB of bool)."""
+FIRST_CHUNK = 16
+"""Events in a matcher's first chunk, before it knows its hits per event."""
 
 
 # --------------------------------------------------------------------------- predicates
@@ -182,6 +184,7 @@ class SortedEntries:
         self._pending_payload: list[Sequence[int]] = []
         self._dead = False
         self._has_lo = False
+        self._directory = np.zeros(1, dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self.owners)
@@ -194,7 +197,8 @@ class SortedEntries:
     def nbytes(self) -> int:
         strings = 64 * len(self.owners) if self.kind is Kind.STRING else 0
         return (sum(c.nbytes for c in self.keys) + self.owners.nbytes + self.payload.nbytes
-                + strings + 8 * len(self._pending_owners) * (2 + len(self.payload)))
+                + self._directory.nbytes + strings
+                + 8 * len(self._pending_owners) * (2 + len(self.payload)))
 
     def add(self, key: Value, owner: int, payload: Sequence[int] = ()) -> None:
         """Queue one entry for the next build. O(1)."""
@@ -232,6 +236,10 @@ class SortedEntries:
             self.payload = np.insert(self.payload, at, payload[:, order], axis=1)
             self._pending_keys, self._pending_owners, self._pending_payload = [], [], []
         self._has_lo = len(self.keys) == 2 and bool(self.keys[1].any())
+        if self.kind is None:
+            # Integer keys are dense ids: key k's entries are directory[k]:directory[k+1].
+            counts = np.bincount(self.keys[0]) if len(self.owners) else np.zeros(0, np.int64)
+            self._directory = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
 
     def _search(self, queries: Keys, side: str) -> np.ndarray:
         """``searchsorted`` on the key column, exact for double-double numbers."""
@@ -253,7 +261,13 @@ class SortedEntries:
         return expand_ranges(start, np.maximum(stop - start, 0))
 
     def equal(self, queries: Keys) -> tuple[np.ndarray, np.ndarray]:
-        """(query, entry position) for every entry whose key equals the query."""
+        """(query, entry position) for every entry whose key equals the query.
+
+        O(log n) per query, O(1) for integer keys (directory lookup)."""
+        if self.kind is None:
+            last = len(self._directory) - 1
+            return self._collect(self._directory[np.minimum(queries[0], last)],
+                                 self._directory[np.minimum(queries[0] + 1, last)])
         return self._collect(self._search(queries, "left"), self._search(queries, "right"))
 
     def below(self, queries: Keys, inclusive: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -281,17 +295,19 @@ class SortedEntries:
             out[(*(c[i] for c in keys), int(owners[i]), *payload[:, i].tolist())] += 1
         return out
 
-    def check(self, alive: np.ndarray) -> None:
-        """Assert the built part is sorted and, unless marked, holds live owners only."""
-        if len(self.keys) == 2 and len(self.owners) > 1:
+    def check(self) -> None:
+        """Assert the built part is sorted (and the directory right, for integer keys)."""
+        if len(self.keys) == 2:
             hi, lo = self.keys
             assert ((hi[1:] > hi[:-1]) | ((hi[1:] == hi[:-1]) & (lo[1:] >= lo[:-1]))).all()
         elif self.kind is Kind.STRING:
             values = self.keys[0].tolist()
             assert all(a <= b for a, b in pairwise(values))
         else:
-            assert (np.diff(self.keys[0]) >= 0).all()
-        assert self._dead or alive[self.owners].all(), "dead owner in an unmarked list"
+            keys = self.keys[0]
+            assert (np.diff(keys) >= 0).all()
+            assert (self._directory[keys] <= np.arange(len(keys))).all()
+            assert (self._directory[keys + 1] > np.arange(len(keys))).all()
 
 
 def expected_entries(kind: Kind | None, rows: Iterable[tuple[Value, int]]) -> Counter[tuple]:
@@ -356,10 +372,9 @@ class ExclusionList:
         owners = np.concatenate([self.owners, np.asarray(self._pending, dtype=np.int64)])
         return Counter(owners[alive[owners]].tolist()), self.points.live(alive)
 
-    def check(self, alive: np.ndarray) -> None:
-        self.points.check(alive)
+    def check(self) -> None:
+        self.points.check()
         assert (np.diff(self.owners) > 0).all(), "owners not sorted and unique"
-        assert self._dead or alive[self.owners].all()
 
 
 def group_pairs(events: Sequence[FlatEvent], index_of: dict[tuple[str, Kind], int]
@@ -554,10 +569,10 @@ class PredicateIndex:
             rows.extend((c, pid) for c in predicate.constants)
         for index, structure in enumerate(self.indexes):
             for op, entries in structure.lists.items():
-                entries.check(alive)
+                entries.check()
                 assert entries.live(alive) == expected_entries(
                     structure.kind, want.get((index, op), []))
-            structure.inequality.check(alive)
+            structure.inequality.check()
             owners, points = structure.inequality.live(alive)
             assert owners == want_ne.get(index, Counter())
             assert points == expected_entries(structure.kind, want.get((index, Op.NE), []))
@@ -568,8 +583,8 @@ class PredicateIndex:
 
 class ConjunctTable:
     """Conjuncts as columns: ``slot``, ``size`` (paper predicates; -1 when dead, so a
-    count can never complete), ``residual``, ``alive``; plus the objects for residual
-    verification and the paper predicates for unfiling."""
+    count can never complete), ``residual``, ``alive``; plus the conjunct objects, for
+    residual verification and for unfiling."""
 
     def __init__(self) -> None:
         self.slot = GrowableArray(np.int64)
@@ -577,28 +592,25 @@ class ConjunctTable:
         self.residual = GrowableArray(np.bool_)
         self.alive = GrowableArray(np.bool_)
         self.conjuncts: list[Conjunct | None] = []
-        self.predicates: list[list[PaperPredicate] | None] = []
         self.removed: list[int] = []
         self._free: list[int] = []
         self.live = 0
 
     def __len__(self) -> int:
-        """Cids ever handed out (the width of a counter table)."""
+        """Cids ever handed out."""
         return len(self.conjuncts)
 
-    def add(self, slot: int, conjunct: Conjunct, predicates: list[PaperPredicate],
-            residual: bool) -> int:
-        row = (slot, len(predicates), residual, True)
+    def add(self, slot: int, conjunct: Conjunct, size: int, residual: bool) -> int:
+        row = (slot, size, residual, True)
         columns = (self.slot, self.size, self.residual, self.alive)
         if self._free:
             cid = self._free.pop()
-            self.conjuncts[cid], self.predicates[cid] = conjunct, predicates
+            self.conjuncts[cid] = conjunct
             for column, value in zip(columns, row, strict=True):
                 column.data[cid] = value
         else:
             cid = len(self.conjuncts)
             self.conjuncts.append(conjunct)
-            self.predicates.append(predicates)
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
         self.live += 1
@@ -607,7 +619,7 @@ class ConjunctTable:
     def remove(self, cid: int) -> None:
         self.alive.data[cid] = False
         self.size.data[cid] = -1
-        self.conjuncts[cid] = self.predicates[cid] = None
+        self.conjuncts[cid] = None
         self.removed.append(cid)
         self.live -= 1
 
@@ -619,12 +631,18 @@ class ConjunctTable:
     @property
     def nbytes(self) -> int:
         columns = (self.slot, self.size, self.residual, self.alive)
-        # Conjunct objects and predicate lists are kept too: ~16 bytes of pointers each.
-        return sum(c.nbytes for c in columns) + 16 * len(self.conjuncts)
+        # The Conjunct objects are kept for verification and unfiling: ~8 bytes a pointer.
+        return sum(c.nbytes for c in columns) + 8 * len(self.conjuncts)
 
     @property
     def live_predicates(self) -> int:
         return int(self.size.view()[self.alive.view()].sum())
+
+    def predicates(self) -> Iterable[tuple[int, list[PaperPredicate]]]:
+        """(cid, paper predicates) of every live conjunct; for checks. O(predicates)."""
+        for cid, conjunct in enumerate(self.conjuncts):
+            if conjunct is not None:
+                yield cid, decompose_conjunct(conjunct)[0]
 
     def check(self) -> None:
         alive = self.alive.view()
@@ -634,23 +652,31 @@ class ConjunctTable:
             assert bool(alive[cid]) == (conjunct is not None)
             if conjunct is not None:
                 predicates, residual = decompose_conjunct(conjunct)
-                assert predicates == self.predicates[cid]
                 assert int(self.size.data[cid]) == len(predicates)
                 assert bool(self.residual.data[cid]) == residual
 
 
-def count_complete(events: np.ndarray, cids: np.ndarray, n_events: int,
+def count_complete(events: np.ndarray, cids: np.ndarray,
                    table: ConjunctTable) -> tuple[np.ndarray, np.ndarray]:
-    """The counting algorithm's phase 2: one counter per (event, conjunct), incremented
-    once per hit; a conjunct matches when its counter reaches its size.
+    """The counting algorithm's phase 2: a conjunct matches an event when its hits on
+    the event (its satisfied predicates, with multiplicity) reach its size.
 
-    The counters are one ``bincount`` over a dense ``n_events x len(table)`` table
-    (callers bound it by :data:`CELLS`). Cost O(hits + n_events x conjuncts).
+    The counters are the run lengths of the sorted (event, cid) keys: one ``np.sort``
+    (a SIMD radix/quick sort on int64, a few ns per hit) and O(hits) passes, where a
+    dense ``events x conjuncts`` counter table would cost O(conjuncts) per event.
+    Dead conjuncts have size -1 and never complete.
     """
-    width = len(table)
+    width = max(len(table), 1)
     keys = events * width + cids
-    counters = np.bincount(keys, minlength=n_events * width)
-    done = np.unique(keys[counters[keys] == table.size.data[cids]])
+    if len(keys) and (int(events.max()) + 1) * width < 2**31:
+        keys = keys.astype(np.int32)  # half the bytes to sort
+    keys.sort()
+    if not len(keys):
+        return keys, keys
+    first = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+    runs = np.diff(np.append(first, len(keys)))
+    unique = keys[first]
+    done = unique[runs == table.size.data[unique % width]].astype(np.int64)
     return done // width, done % width
 
 
@@ -659,9 +685,8 @@ class TwoPhaseMatcher(Matcher):
 
     Subclasses file a conjunct's paper predicates in their structures and, per chunk of
     events, return the (event, cid) pairs phase 2 found complete; this class verifies
-    residual conjuncts and groups the answer. Chunks are sized so that the dense
-    per-event table of the subclass (``_event_cells``) stays under :data:`CELLS` and the
-    hits, estimated from the previous chunk, under :data:`HIT_BUDGET`.
+    residual conjuncts and groups the answer. Chunks are sized so that the hits of a
+    chunk, estimated from the previous one, stay near :data:`HIT_BUDGET`.
     """
 
     PURGE_MIN = 1024
@@ -671,7 +696,7 @@ class TwoPhaseMatcher(Matcher):
         super().__init__()
         self.table = ConjunctTable()
         self._cids_of: dict[int, list[int]] = {}
-        self._hits_per_event = 1024.0
+        self._hits_per_event = HIT_BUDGET / FIRST_CHUNK
 
     # -- Matcher hooks -----------------------------------------------------------------
 
@@ -679,29 +704,34 @@ class TwoPhaseMatcher(Matcher):
         cids = []
         for conjunct in subscription.conjuncts:
             predicates, residual = decompose_conjunct(conjunct)
-            cid = self.table.add(slot, conjunct, predicates, residual)
+            cid = self.table.add(slot, conjunct, len(predicates), residual)
             self._file(cid, predicates)
             cids.append(cid)
         self._cids_of[slot] = cids
 
     def _delete(self, slot: int) -> None:
         for cid in self._cids_of.pop(slot):
-            predicates = self.table.predicates[cid]
-            assert predicates is not None
+            conjunct = self.table.conjuncts[cid]
+            assert conjunct is not None
             self.table.remove(cid)
-            self._unfile(cid, predicates)
+            self._unfile(cid, decompose_conjunct(conjunct)[0])
         if len(self.table.removed) > max(self.PURGE_MIN, self.table.live // 4):
             self._purge()
             self.table.reclaim()
+
+    def add_many(self, items: Iterable[tuple[Hashable, str | Subscription]]) -> None:
+        """Add many subscriptions, then build the structures (so build time is paid
+        here rather than by the first match)."""
+        super().add_many(items)
+        self._prepare()
 
     def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
         self._prepare()
         found_e, found_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
         first = 0
         while first < len(events):
-            size = min(CELLS // max(self._event_cells(), 1),
-                       int(HIT_BUDGET / self._hits_per_event))
-            chunk = events[first : first + max(size, 1)]
+            size = max(1, int(HIT_BUDGET / self._hits_per_event))
+            chunk = events[first : first + size]
             e, c, hits = self._match_chunk(chunk)
             self._hits_per_event = max(hits / len(chunk), 1.0)
             e, c = self._verify_residual(e, c, chunk)
@@ -730,21 +760,16 @@ class TwoPhaseMatcher(Matcher):
     def _file(self, cid: int, predicates: list[PaperPredicate]) -> None:
         """Index a new conjunct's paper predicates."""
 
-    @abstractmethod
     def _unfile(self, cid: int, predicates: list[PaperPredicate]) -> None:
-        """Take a removed conjunct out (eagerly or by marking structures for purge)."""
+        """Release what a removed conjunct holds besides entries purged in bulk."""
 
     @abstractmethod
     def _prepare(self) -> None:
-        """Bring the structures a match reads up to date (build pending changes)."""
+        """Bring the structures a match reads up to date (build pending additions)."""
 
     @abstractmethod
     def _purge(self) -> None:
-        """Drop every reference to removed cids (and dead pids) from all structures."""
-
-    @abstractmethod
-    def _event_cells(self) -> int:
-        """Cells of the dense per-event table phase 2 uses (counters or bits)."""
+        """Drop every entry of removed cids (and dead pids) from all structures."""
 
     @abstractmethod
     def _match_chunk(self, events: list[FlatEvent]
@@ -761,4 +786,4 @@ class TwoPhaseMatcher(Matcher):
 
     def _live_predicates(self) -> Counter[PaperPredicate]:
         """Each paper predicate with the number of live conjuncts that contain it."""
-        return Counter(p for ps in self.table.predicates if ps is not None for p in ps)
+        return Counter(p for _, ps in self.table.predicates() for p in ps)

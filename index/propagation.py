@@ -11,9 +11,10 @@ Owns Propagation's phase-2 structures on top of
   subscriptions column-wise as in the paper: the *subscription line* (cids, the
   ``owners`` column) and the *predicates array*, one int64 row of pids per predicate
   position (the ``payload``).
-* the *predicate bit vector*: per chunk of events a dense ``[events, pids]`` boolean
-  table; phase 1 sets the bits of the satisfied predicates and they are cleared again
-  after the chunk (only the bits that were set).
+* the *predicate bit vector*: a dense ``[events, pids]`` boolean table for up to
+  :data:`index.predicate_index.BIT_CELLS` cells of events at a time; phase 1 sets the
+  bits of the satisfied predicates and they are cleared again after those events
+  (only the bits that were set, so the table is never scanned).
 * *statistics*: how many events satisfied each pid, for choosing access predicates.
 
 Access predicates: a conjunct's access predicate is its ``=`` (or ``in``) predicate
@@ -34,8 +35,9 @@ columns one after the other against the bit vector, dropping rows at their first
 unset bit. Residual conjuncts are verified after.
 
 Deletion (not in the paper, which removes a subscription from its cluster by id): a
-removed conjunct is marked in its cluster table and its row is dropped by the next
-build of that table (before the next match); its predicates lose a reference.
+removed conjunct's predicates lose a reference at once and its row is filtered out
+of the answers until removals reach a quarter of the index, when every cluster table
+drops the rows of dead conjuncts in one O(rows) filter.
 
 Cost per event: phase 1, then O(log rows) per satisfied pid and table, plus the
 column checks of the candidate rows. Memory O(distinct predicates + occurrences).
@@ -48,6 +50,7 @@ import numpy as np
 from index.events import FlatEvent
 from index.matcher import MatcherStats
 from index.predicate_index import (
+    BIT_CELLS,
     Op,
     PaperPredicate,
     PredicateIndex,
@@ -95,7 +98,6 @@ class PropagationMatcher(TwoPhaseMatcher):
     def _unfile(self, cid: int, predicates: list[PaperPredicate]) -> None:
         for predicate in predicates:
             self.predicates.release(self.predicates.pid_of[predicate])
-        self.clusters[len(predicates) - 1].mark_dead()
 
     def _prepare(self) -> None:
         self.predicates.refresh()
@@ -105,23 +107,43 @@ class PropagationMatcher(TwoPhaseMatcher):
                 table.build(alive)
 
     def _purge(self) -> None:
+        for table in self.clusters.values():
+            table.mark_dead()
         self._prepare()
         self.predicates.reclaim()
 
     # -- matching ----------------------------------------------------------------------
 
-    def _event_cells(self) -> int:
-        return self.predicates.size
-
     def _match_chunk(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
         ev, pids = self.predicates.satisfied(events)
         self._observe(pids, len(events))
-        width = self.predicates.size
-        if len(self._bits) < len(events) * width:
-            self._bits = np.zeros(len(events) * width, dtype=bool)
+        width = max(self.predicates.size, 1)
+        # The set bits of all events, ordered by event: event e's bit vector is the
+        # slice [e * width, (e + 1) * width) of one long bit array.
+        keys = np.sort(ev * width + pids)
+        per_vector = max(1, BIT_CELLS // width)
+        if len(self._bits) < per_vector * width:
+            self._bits = np.zeros(per_vector * width, dtype=bool)
+        starts = np.arange(0, len(events) + per_vector, per_vector)
+        bounds = np.searchsorted(keys, starts * width)
+        found_e, found_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        candidates = 0
+        for i in range(len(starts) - 1):
+            local = keys[bounds[i] : bounds[i + 1]] - starts[i] * width
+            e, c, n = self._match_clusters(local, width)
+            found_e.append(e + starts[i])
+            found_c.append(c)
+            candidates += n
+        e, c = np.concatenate(found_e), np.concatenate(found_c)
+        keep = self.table.alive.data[c]  # rows of removed conjuncts wait for the purge
+        return e[keep], c[keep], len(keys) + candidates
+
+    def _match_clusters(self, set_bits: np.ndarray, width: int
+                        ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Cluster matching for events whose bit vectors hold ``set_bits``."""
         bits = self._bits
-        set_bits = ev * width + pids
         bits[set_bits] = True
+        ev, pids = set_bits // width, set_bits % width
         found_e, found_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
         candidates = 0
         for table in self.clusters.values():
@@ -134,7 +156,7 @@ class PropagationMatcher(TwoPhaseMatcher):
             found_e.append(e)
             found_c.append(table.owners[rows])
         bits[set_bits] = False
-        return np.concatenate(found_e), np.concatenate(found_c), len(pids) + candidates
+        return np.concatenate(found_e), np.concatenate(found_c), candidates
 
     def _observe(self, pids: np.ndarray, n_events: int) -> None:
         """Add a chunk's satisfied predicates to the access-selection statistics."""
@@ -160,15 +182,13 @@ class PropagationMatcher(TwoPhaseMatcher):
         alive = self.table.alive.data
         rows = {}
         for width, table in self.clusters.items():
-            table.check(alive)
+            table.check()
             for access, cid, *others in table.live(alive):
                 assert len(others) == width
                 assert cid not in rows, f"conjunct {cid} filed twice"
                 rows[cid] = (int(access), others)
         pid_of = self.predicates.pid_of
-        for cid, predicates in enumerate(self.table.predicates):
-            if predicates is None:
-                continue
+        for cid, predicates in self.table.predicates():
             access, others = rows.pop(cid)
             assert sorted([access, *others]) == sorted(pid_of[p] for p in predicates)
         assert not rows, "rows of dead conjuncts"

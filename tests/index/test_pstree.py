@@ -47,7 +47,7 @@ def test_space_ids_are_stable_and_a_split_copies_counters():
     tree = forest.tree("x", Kind.NUMBER)
     (gap,) = tree.space_ids.tolist()
     forest.spaces.event_counter[gap] = 7
-    bids, splits = forest.add_bounds(tree, [5])
+    _, splits = forest.add_bounds(tree, [5])
     (split,) = splits
     assert split.sid == gap and tree.space_ids[0] == gap
     assert [int(forest.spaces.event_counter[s]) for s in split.new_sids] == [7, 7]

@@ -62,7 +62,7 @@ def test_a_subscription_matching_through_several_conjuncts_is_reported_once(matc
 
 def test_invalid_events_raise_a_value_error_naming_the_attribute(matcher):
     matcher.add("s", "a = 1")
-    with pytest.raises(EventError, match="'a.b'"):
+    with pytest.raises(EventError, match=r"'a\.b'"):
         matcher.match({"a": {"b": [1]}})
     with pytest.raises(ValueError, match="finite"):
         matcher.match_batch([{"a": 1}, {"a": float("nan")}])

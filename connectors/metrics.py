@@ -1,0 +1,344 @@
+"""Prometheus metrics of the streaming job: what is exported, and the endpoint serving it.
+
+This module owns every metric the service exports — names (``psmatch_`` prefix, ``_total``
+for counters, seconds and bytes as base units), help texts, labels and buckets — in
+one :class:`ServiceMetrics` (its own ``CollectorRegistry``), the HTTP endpoint the
+driver serves them on (:meth:`ServiceMetrics.serve`), and the closed set of reasons a
+record is rejected for (:func:`reject_reason`, the ``reason`` label).
+
+Where the figures come from, all on the driver:
+
+* :meth:`ServiceMetrics.observe_batch` takes the job's per-batch
+  :class:`streaming.job.BatchReport`. Its executor-side figures (events matched, time
+  in the matcher, rejects per reason, how far each worker's cached index was behind
+  the batch's change-log version, index size) were added by each ``mapInArrow`` task
+  to a Spark accumulator, whose updates travel back with the task results: a task
+  whose worker process dies reports nothing, its retry reports once, so nothing is
+  kept in, or lost with, an executor or Python worker process.
+* :meth:`ServiceMetrics.observe_progress` takes Spark's ``StreamingQueryProgress``
+  (as its JSON dict): input and processing rate, offsets behind the latest per input
+  topic.
+
+``docs/operations.md`` has the table of metrics; ``deploy/grafana`` the dashboard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from index.errors import PsmatchError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from streaming.job import BatchReport
+
+log = logging.getLogger(__name__)
+
+INPUTS = ("subscriptions", "events")
+PHASES = (
+    "read", "state", "match_write",  # driver: wall-clock seconds of the batch's steps
+    "worker_sync", "worker_parse", "worker_match", "worker_encode",  # summed over tasks
+)  # fmt: skip
+
+# The ``reason`` label of rejected records: a closed set, so the label's cardinality is
+# bounded whatever the records contain. Classified from the reason texts of
+# streaming.records (tests/connectors/test_metrics.py produces each one).
+_REASON_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (code, re.compile(pattern))
+    for code, pattern in (
+        ("not_utf8", r"is not valid UTF-8"),
+        ("missing_key", r"needs its subscription id as the key"),
+        ("id_too_long", r"subscription id is longer than"),
+        ("null_value", r"needs a JSON object as its value, got null"),
+        ("not_json", r"is not valid JSON"),
+        ("not_object", r"must be a JSON object"),
+        ("missing_expr", r'needs "expr"'),
+        ("bad_subscriber", r'"subscriber" must be'),
+        ("invalid_expression", r"^invalid expression"),
+        ("invalid_event", r"^invalid event"),
+    )
+)
+REJECT_REASONS: tuple[str, ...] = (*(code for code, _ in _REASON_PATTERNS), "other")
+
+
+def reject_reason(message: str) -> str:
+    """The ``reason`` label for a rejection message of :mod:`streaming.records`."""
+    for code, pattern in _REASON_PATTERNS:
+        if pattern.search(message):
+            return code
+    return "other"
+
+
+class MetricsError(PsmatchError):
+    """The metrics endpoint cannot be served (e.g. its port is taken)."""
+
+
+@dataclass
+class MetricsServer:
+    """The running HTTP endpoint; ``url`` is where Prometheus scrapes."""
+
+    httpd: WSGIServer
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_ROWS_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+
+
+class ServiceMetrics:
+    """Every metric of the service, in a registry of its own."""
+
+    def __init__(
+        self,
+        subscriptions_topic: str = "psmatch.subscriptions",
+        events_topic: str = "psmatch.events",
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry() if registry is None else registry
+        self._inputs = {subscriptions_topic: "subscriptions", events_topic: "events"}
+        r = self.registry
+        # -- counters (the client appends _total) ---------------------------------------
+        self.batches = Counter(
+            "psmatch_batches", "Micro-batches processed by the streaming job.", registry=r
+        )
+        self.input_records = Counter(
+            "psmatch_input_records",
+            "Kafka records read by the job, by input topic (subscriptions or events).",
+            ["input"], registry=r,
+        )  # fmt: skip
+        self.events_matched = Counter(
+            "psmatch_events_matched",
+            "Valid events matched against the subscription index on the executors.",
+            registry=r,
+        )
+        self.notifications = Counter(
+            "psmatch_notifications",
+            "Notifications written to the notifications topic (one per subscription-event match).",
+            registry=r,
+        )
+        self.rejected = Counter(
+            "psmatch_rejected_records",
+            "Records written to the rejected topic, by input topic and reason.",
+            ["input", "reason"], registry=r,
+        )  # fmt: skip
+        self.changes_applied = Counter(
+            "psmatch_subscription_changes_applied",
+            "Subscription changes (puts and deletes) applied to the Redis state.",
+            registry=r,
+        )
+        self.phase_seconds = Counter(
+            "psmatch_batch_phase_seconds",
+            "Seconds spent per batch phase: driver wall clock (read, state, match_write) "
+            "and executor time summed over tasks (worker_*).",
+            ["phase"], registry=r,
+        )  # fmt: skip
+        self.worker_tasks = Counter(
+            "psmatch_worker_tasks", "Matching tasks run by executor Python workers.", registry=r
+        )
+        self.worker_reloads = Counter(
+            "psmatch_worker_index_reloads",
+            "Times a worker rebuilt its index from Redis instead of replaying the change log "
+            "(first use, a new executor, retention exceeded, state rebuilt).",
+            registry=r,
+        )
+        # -- histograms --------------------------------------------------------------
+        self.batch_duration = Histogram(
+            "psmatch_batch_duration_seconds",
+            "Wall-clock duration of a micro-batch on the driver, from read to Kafka write.",
+            buckets=_SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.match_duration = Histogram(
+            "psmatch_match_duration_seconds",
+            "Time in the matcher per micro-batch, summed over the batch's executor tasks.",
+            buckets=_SECONDS_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.batch_rows = Histogram(
+            "psmatch_batch_input_rows",
+            "Input records (subscriptions and events) per micro-batch.",
+            buckets=_ROWS_BUCKETS, registry=r,
+        )  # fmt: skip
+        # -- gauges ------------------------------------------------------------------
+        self.subscriptions = Gauge(
+            "psmatch_subscriptions", "Live subscriptions in the Redis state.", registry=r
+        )
+        self.state_version = Gauge(
+            "psmatch_state_version",
+            "Version of the subscription state (number of changes in the Redis change log).",
+            registry=r,
+        )
+        self.worker_lag = Gauge(
+            "psmatch_worker_version_lag",
+            "Most changes any worker's cached index was behind the change-log version at "
+            "the start of the last batch's tasks.",
+            registry=r,
+        )
+        self.index_subscriptions = Gauge(
+            "psmatch_index_subscriptions",
+            "Subscriptions in the executors' index at the last batch.", registry=r,
+        )  # fmt: skip
+        self.index_predicates = Gauge(
+            "psmatch_index_predicates",
+            "Live predicates in the executors' index at the last batch.", registry=r,
+        )  # fmt: skip
+        self.index_spaces = Gauge(
+            "psmatch_index_spaces",
+            "Attribute spaces (PS-Trees) in the executors' index at the last batch.", registry=r,
+        )  # fmt: skip
+        self.index_bytes = Gauge(
+            "psmatch_index_estimated_bytes",
+            "Estimated memory of one worker's index at the last batch.", registry=r,
+        )  # fmt: skip
+        self.last_batch_time = Gauge(
+            "psmatch_last_batch_timestamp_seconds",
+            "Unix time at which the last micro-batch with input finished.", registry=r,
+        )  # fmt: skip
+        self.input_rate = Gauge(
+            "psmatch_input_rows_per_second",
+            "Rate at which data arrived, from Spark's streaming query progress.", registry=r,
+        )  # fmt: skip
+        self.processing_rate = Gauge(
+            "psmatch_processed_rows_per_second",
+            "Rate at which Spark processed data, from the streaming query progress.", registry=r,
+        )  # fmt: skip
+        self.offsets_behind = Gauge(
+            "psmatch_input_offsets_behind_latest",
+            "Records not yet read, summed over partitions, by input topic (latest offset "
+            "minus the end offset of the last batch, from the streaming query progress).",
+            ["input"], registry=r,
+        )  # fmt: skip
+        # Every labelled series exists from the start, at 0.
+        for name in INPUTS:
+            self.input_records.labels(name)
+            self.offsets_behind.labels(name)
+            for reason in REJECT_REASONS:
+                self.rejected.labels(name, reason)
+        for phase in PHASES:
+            self.phase_seconds.labels(phase)
+
+    # -- feeding ---------------------------------------------------------------------
+
+    def observe_batch(self, report: BatchReport) -> None:
+        """Record one micro-batch (the ``on_report`` callback of the job)."""
+        self.batches.inc()
+        self.input_records.labels("subscriptions").inc(report.subscription_records)
+        self.input_records.labels("events").inc(report.events)
+        self.events_matched.inc(report.events - report.events_rejected)
+        self.notifications.inc(report.notifications)
+        self.changes_applied.inc(report.subscriptions_applied)
+        for input_name, reason, count in report.rejects:
+            self.rejected.labels(input_name, reason).inc(count)
+        for phase, seconds in (
+            ("read", report.read_s), ("state", report.state_s),
+            ("match_write", report.match_write_s), ("worker_sync", report.worker_sync_s),
+            ("worker_parse", report.worker_parse_s), ("worker_match", report.worker_match_s),
+            ("worker_encode", report.worker_encode_s),
+        ):  # fmt: skip
+            self.phase_seconds.labels(phase).inc(max(0.0, seconds))
+        self.batch_duration.observe(report.total_s)
+        self.batch_rows.observe(report.subscription_records + report.events)
+        self.subscriptions.set(report.live_subscriptions)
+        self.state_version.set(report.version)
+        if report.tasks:
+            self.match_duration.observe(report.worker_match_s)
+            self.worker_tasks.inc(report.tasks)
+            self.worker_reloads.inc(report.worker_reloads)
+            self.worker_lag.set(report.worker_lag)
+            self.index_subscriptions.set(report.index_subscriptions)
+            self.index_predicates.set(report.index_predicates)
+            self.index_spaces.set(report.index_spaces)
+            self.index_bytes.set(report.index_bytes)
+        if report.subscription_records or report.events:
+            self.last_batch_time.set_to_current_time()
+
+    def observe_progress(self, progress: Mapping[str, Any] | None) -> None:
+        """Record Spark's last ``StreamingQueryProgress`` (a dict, as its JSON)."""
+        if not progress:
+            return
+        for gauge, key in ((self.input_rate, "inputRowsPerSecond"),
+                           (self.processing_rate, "processedRowsPerSecond")):  # fmt: skip
+            value = progress.get(key)
+            if isinstance(value, int | float) and value == value:  # NaN before any data
+                gauge.set(value)
+        behind = dict.fromkeys(INPUTS, 0)
+        seen = False
+        for source in progress.get("sources") or ():
+            latest = _offsets(source.get("latestOffset"))
+            end = _offsets(source.get("endOffset"))
+            for topic, partitions in latest.items():
+                name = self._inputs.get(topic)
+                if name is None:
+                    continue
+                seen = True
+                done = end.get(topic, {})
+                behind[name] += sum(
+                    max(0, int(off) - int(done.get(p, off))) for p, off in partitions.items()
+                )
+        if seen:
+            for name, value in behind.items():
+                self.offsets_behind.labels(name).set(value)
+
+    # -- serving ---------------------------------------------------------------------
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> MetricsServer:
+        """Serve ``/metrics`` on ``host:port`` (port 0: any free port) in a daemon thread."""
+        try:
+            httpd, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise MetricsError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc} "
+                "(choose another --metrics-port, or 0 for none)"
+            ) from exc
+        server = MetricsServer(httpd, host, int(httpd.server_address[1]))
+        log.info("Prometheus metrics on %s", server.url)
+        return server
+
+    def exported_names(self) -> set[str]:
+        """Every sample name a scrape can show (``_total``, ``_bucket``... included)."""
+        return exported_names(self.registry)
+
+
+def exported_names(registry: CollectorRegistry) -> set[str]:
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "gauge": ("",),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+    }
+    return {
+        family.name + suffix
+        for family in registry.collect()
+        for suffix in suffixes.get(family.type, ("",))
+    }
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]]:
+    """A Kafka source offset (``{"topic": {"0": 12}}``, or its JSON text) as a dict."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(topic): {str(p): int(o) for p, o in parts.items()}
+        for topic, parts in value.items()
+        if isinstance(parts, Mapping)
+    }

@@ -1,0 +1,213 @@
+"""A Spark standalone cluster on this machine: one master and one worker, from pyspark.
+
+This module owns starting and stopping the two daemons that pyspark ships, run with its
+``bin/spark-class`` (``org.apache.spark.deploy.master.Master`` and
+``org.apache.spark.deploy.worker.Worker``) on loopback ports, so that ``psmatch run
+--spark-master spark://127.0.0.1:<port>`` runs its executors — and their Python workers
+with the cached index — as separate processes, the way a real cluster does. The worker
+starts its executors as child processes when an application connects; when one dies,
+the master starts a new one.
+
+``scripts/spark-standalone.sh`` (``python -m connectors.standalone``) runs both in the
+foreground until Ctrl-C; the tests use :class:`StandaloneCluster` directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from connectors.local import LocalServerError, _stop_process, _tail, free_port
+
+log = logging.getLogger(__name__)
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark
+
+    home = Path(pyspark.__file__).resolve().parent
+    if not (home / "bin" / "spark-class").exists():
+        raise LocalServerError(f"no bin/spark-class in the pyspark installation at {home}")
+    return home
+
+
+@dataclass
+class StandaloneCluster:
+    """A standalone master and one worker on ``host`` (loopback by default)."""
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    webui_port: int = 0
+    worker_webui_port: int = 0
+    cores: int = 2
+    memory: str = "2g"
+    master: subprocess.Popen[bytes] | None = None
+    worker: subprocess.Popen[bytes] | None = None
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.host}:{self.port}"
+
+    @property
+    def webui_url(self) -> str:
+        return f"http://{self.host}:{self.webui_port}"
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            SPARK_HOME=str(spark_home()),
+            SPARK_LOCAL_IP=self.host,  # every daemon and executor binds here
+            SPARK_LOG_DIR=str(self.data_dir / "logs"),
+            SPARK_WORKER_DIR=str(self.data_dir / "work"),
+            PYSPARK_PYTHON=env.get("PYSPARK_PYTHON", sys.executable),
+        )
+        return env
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        out = (self.data_dir / f"{name}.out").open("ab")
+        return subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            start_new_session=True,
+        )
+
+    def start(self, timeout: float = 120.0) -> StandaloneCluster:
+        """Start the master, then the worker; return once the worker is registered."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "work").mkdir(exist_ok=True)
+        self.port = self.port or free_port()
+        self.webui_port = self.webui_port or free_port()
+        self.worker_webui_port = self.worker_webui_port or free_port()
+        self.master = self._spawn(
+            "master", MASTER_CLASS, "--host", self.host, "--port", str(self.port),
+            "--webui-port", str(self.webui_port),
+        )  # fmt: skip
+        log.info("Spark master starting on %s (pid %d)", self.master_url, self.master.pid)
+        try:
+            self._wait(lambda s: s.get("status") == "ALIVE", timeout, "the master")
+            self.start_worker(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def start_worker(self, timeout: float = 120.0) -> None:
+        """Start the worker (again, e.g. after it was killed) and wait for it to register."""
+        alive_before = self._alive_worker_ids()
+        self.worker = self._spawn(
+            "worker", WORKER_CLASS, "--host", self.host, "--webui-port",
+            str(self.worker_webui_port), "--cores", str(self.cores), "--memory", self.memory,
+            "--work-dir", str(self.data_dir / "work"), self.master_url,
+        )  # fmt: skip
+        log.info("Spark worker starting (pid %d, %d cores, %s)", self.worker.pid, self.cores,
+                 self.memory)  # fmt: skip
+        self._wait(lambda s: bool(self._alive_worker_ids(s) - alive_before), timeout, "the worker")
+        log.info("Spark standalone cluster ready: %s (web UI %s)", self.master_url, self.webui_url)
+
+    def status(self) -> dict[str, Any]:
+        """The master's JSON status page (workers, applications, executors)."""
+        with urllib.request.urlopen(self.webui_url + "/json/", timeout=5) as response:
+            return json.loads(response.read())  # type: ignore[no-any-return]
+
+    def _alive_worker_ids(self, status: dict[str, Any] | None = None) -> set[str]:
+        try:
+            status = self.status() if status is None else status
+        except OSError:
+            return set()
+        return {w["id"] for w in status.get("workers", []) if w.get("state") == "ALIVE"}
+
+    def _wait(self, ready: Any, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in (("master", self.master), ("worker", self.worker)):
+                if proc is not None and proc.poll() is not None:
+                    raise LocalServerError(
+                        f"the Spark {name} exited with code {proc.returncode}:\n"
+                        f"{_tail(self.data_dir / f'{name}.out')}"
+                    )
+            with contextlib.suppress(OSError, ValueError):
+                if ready(self.status()):
+                    return
+            time.sleep(0.5)
+        raise LocalServerError(f"{what} of the Spark standalone cluster was not up in {timeout} s")
+
+    def stop(self) -> None:
+        """Stop the worker (its executors end with it), then the master."""
+        for attr in ("worker", "master"):
+            proc = getattr(self, attr)
+            if proc is not None:
+                _stop_process(proc, f"Spark {attr}", grace=20)
+                setattr(self, attr, None)
+
+    def __enter__(self) -> StandaloneCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="spark-standalone",
+        description="Run a Spark standalone master and one worker from the pyspark "
+        "installation in the foreground (Ctrl-C stops both). Submit the job with "
+        "psmatch run --spark-master spark://HOST:PORT.",
+    )
+    parser.add_argument("--dir", default="var/spark", help="logs and executor work dirs")
+    parser.add_argument("--host", default="127.0.0.1", help="address both daemons bind to")
+    parser.add_argument("--port", type=int, default=7077, help="master port (0 = free port)")
+    parser.add_argument("--webui-port", type=int, default=8080, help="master web UI port")
+    parser.add_argument("--worker-webui-port", type=int, default=8081, help="worker web UI port")
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="worker cores")
+    parser.add_argument("--memory", default="2g", help="memory the worker offers executors")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(message)s",
+                        datefmt="%H:%M:%S")  # fmt: skip
+    cluster = StandaloneCluster(
+        Path(args.dir).resolve(), args.host,
+        args.port, args.webui_port, args.worker_webui_port, args.cores, args.memory,
+    )  # fmt: skip
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        cluster.start()
+        print(f"master {cluster.master_url}  web UI {cluster.webui_url}  (Ctrl-C stops)",
+              flush=True)  # fmt: skip
+        while all(p is not None and p.poll() is None for p in (cluster.master, cluster.worker)):
+            time.sleep(1)
+        log.error("a Spark daemon exited; see %s", cluster.data_dir)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except LocalServerError as exc:
+        print(f"spark-standalone: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install the system packages the streaming service and its tests need, when missing:
+# Debian's redis-server, a Java 17 runtime (Kafka, Spark), Maven (fetches the jars) and
+# prometheus (the server tests/deploy scrapes the job's metrics with).
+# Needs root (or sudo) only when something is missing.
+set -euo pipefail
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || missing+=(maven)
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+if [[ ${#missing[@]} -eq 0 ]]; then
+    echo "install-system-deps: redis-server, java, mvn and prometheus are installed"
+    exit 0
+fi
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+echo "install-system-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

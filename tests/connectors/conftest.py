@@ -1,0 +1,26 @@
+"""Fixtures for the connectors tests: one real Kafka broker and Redis per test session."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from connectors.local import LocalServices, release_shared_services, shared_services
+from connectors.state import StateStore
+
+
+@pytest.fixture(scope="session")
+def services() -> Iterator[LocalServices]:
+    """Kafka (KRaft) and redis-server on free loopback ports, stopped after the session."""
+    yield shared_services()
+    release_shared_services()
+
+
+@pytest.fixture
+def store(services: LocalServices) -> Iterator[StateStore]:
+    """A state store under a key prefix of its own."""
+    s = StateStore.from_url(services.redis.url, f"test-{uuid.uuid4().hex[:10]}:", retention=50)
+    yield s
+    s.clear()

@@ -1,0 +1,89 @@
+"""The Redis state store against a real redis-server: versions, replay, retention, AOF."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.local import LocalServices
+from connectors.state import ChangeLogGapError, SourceChange, StateStore, dumps_record
+
+pytestmark = pytest.mark.integration
+
+
+def put(offset: int, sub_id: str, expr: str = "a = 1", partition: int = 0) -> SourceChange:
+    return SourceChange(f"subs:{partition}", offset, sub_id, dumps_record(expr, sub_id, {}))
+
+
+def delete(offset: int, sub_id: str, partition: int = 0) -> SourceChange:
+    return SourceChange(f"subs:{partition}", offset, sub_id, None)
+
+
+def test_put_replace_delete_bump_the_version(store: StateStore) -> None:
+    assert store.version() == 0
+    r = store.apply([put(0, "s1"), put(1, "s2"), put(2, "s1", "a = 2")])
+    assert (r.version, r.applied, r.skipped) == (3, 3, 0)
+    assert store.count() == 2
+    assert '"a = 2"' in (store.get("s1") or "")
+    r = store.apply([delete(3, "s1"), delete(4, "nope")])
+    assert (r.version, r.applied, r.skipped) == (4, 1, 1)
+    assert store.get("s1") is None
+    assert store.offsets() == {"subs:0": 4}
+    changes = store.changes(0, 4)
+    assert [(c.version, c.op, c.sub_id) for c in changes] == [
+        (1, "put", "s1"), (2, "put", "s2"), (3, "put", "s1"), (4, "del", "s1"),
+    ]  # fmt: skip
+    assert changes[2].record is not None and "a = 2" in changes[2].record
+    assert store.changes(2, 3)[0].sub_id == "s1"
+    assert store.changes(4, 4) == []
+
+
+def test_replaying_a_batch_changes_nothing(store: StateStore) -> None:
+    batch = [put(0, "s1"), put(1, "s2"), delete(2, "s1"), put(0, "s3", partition=1)]
+    first = store.apply(batch)
+    snapshot = store.snapshot()
+    again = store.apply(batch)
+    assert again.version == first.version == 4
+    assert (again.applied, again.skipped) == (0, 4)
+    assert store.snapshot() == snapshot
+    # a replay that overlaps the next batch applies only the new records
+    r = store.apply([delete(2, "s1"), put(3, "s4")])
+    assert (r.version, r.applied, r.skipped) == (5, 1, 1)
+
+
+def test_big_batches_are_applied_in_chunks(store: StateStore) -> None:
+    store.retention = 100_000
+    n = StateStore.APPLY_CHUNK * 2 + 7
+    r = store.apply([put(i, f"s{i}") for i in range(n)])
+    assert r.version == n and store.count() == n
+    assert len(store.changes(0, n)) == n
+
+
+def test_a_trimmed_log_reports_a_gap(store: StateStore) -> None:
+    store.apply([put(i, f"s{i % 7}") for i in range(120)])  # retention is 50
+    assert store.version() == 120
+    assert len(store.changes(70, 120)) == 50
+    with pytest.raises(ChangeLogGapError):
+        store.changes(10, 120)
+    version, subs = store.snapshot()
+    assert version == 120 and sorted(subs) == [f"s{i}" for i in range(7)]
+
+
+def test_rebuild_replaces_everything_and_breaks_the_log(store: StateStore) -> None:
+    store.apply([put(0, "old"), put(1, "gone")])
+    version = store.rebuild({"new": dumps_record("b > 2", "x", {})}, {"subs:0": 9})
+    assert version == 3
+    assert store.snapshot() == (3, {"new": dumps_record("b > 2", "x", {})})
+    assert store.offsets() == {"subs:0": 9}
+    with pytest.raises(ChangeLogGapError):
+        store.changes(2, 3)
+    assert store.apply([put(9, "skipped"), put(10, "next")]).version == 4
+
+
+def test_state_survives_a_redis_restart(services: LocalServices, store: StateStore) -> None:
+    store.apply([put(0, "s1"), put(1, "s2", "b < 3"), delete(2, "s1")])
+    before = store.snapshot()
+    services.redis.restart()
+    after = StateStore.from_url(services.redis.url, store.prefix, store.retention)
+    assert after.snapshot() == before
+    assert [c.sub_id for c in after.changes(0, 3)] == ["s1", "s2", "s1"]
+    assert after.offsets() == {"subs:0": 2}
