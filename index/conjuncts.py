@@ -24,6 +24,9 @@ from index.columns import GrowableArray, expand_ranges
 from index.language import Conjunct, Interval, Predicate, Value
 from index.pstree import UNBOUNDED_HI, Forest, Split
 
+VERIFY_BLOCK = 1 << 16
+"""Candidates verified together: small enough for their columns to stay in cache."""
+
 
 class ConjunctStore:
     """Conjuncts as columns; predicates as rows in access order.
@@ -314,38 +317,27 @@ class ConjunctStore:
         """Keep the (event, conjunct) candidates whose predicates from ``start`` on hold.
 
         ``positions`` is the chunk's ``[events, trees]`` position matrix (-1: absent).
-        Works predicate by predicate over all candidates at once, so the cost is
-        O(sum over candidates of the predicates checked until the first false one).
+        Works predicate by predicate over a block of candidates at once, so the cost is
+        O(sum over candidates of the predicates checked until the first false one);
+        blocks of :data:`VERIFY_BLOCK` keep the intermediate columns in cache.
         Conjuncts with ``like`` suffix/contains patterns are finished in Python.
         """
-        keep = self.alive.data[cids]
-        events, cids = events[keep], cids[keep]
-        done_e, done_c = [], []
-        k = start
-        pred_start, pred_count = self.pred_start.data, self.pred_count.data
         n_trees = positions.shape[1]
         flat_positions = positions.ravel()
         row_lo, row_hi = self.row_positions()
-        while len(cids):
-            finished = pred_count[cids] <= k
-            if finished.any():
-                done_e.append(events[finished])
-                done_c.append(cids[finished])
-                events, cids = events[~finished], cids[~finished]
-                if not len(cids):
-                    break
-            pid = pred_start[cids] + k
-            pos = flat_positions[events * n_trees + self.pred_tree.data[pid]]
-            ok = (pos >= row_lo[pid]) & (pos <= row_hi[pid])
-            multi = np.flatnonzero(ok & (self.pred_iv_count.data[pid] > 1))
-            if len(multi):
-                ok[multi] = self._inside_any_interval(pid[multi], pos[multi])
-            events, cids = events[ok], cids[ok]
-            k += 1
-        if not done_e:
+        kept_e, kept_c = [], []
+        for begin in range(0, len(cids), VERIFY_BLOCK):
+            block_e = events[begin : begin + VERIFY_BLOCK].astype(np.int32)
+            block_c = cids[begin : begin + VERIFY_BLOCK].astype(np.int32)
+            ok = self._verify_block(block_e, block_c, start, flat_positions, n_trees,
+                                    row_lo, row_hi)
+            kept_e.append(block_e[ok])
+            kept_c.append(block_c[ok])
+        if not kept_e:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty
-        events, cids = np.concatenate(done_e), np.concatenate(done_c)
+        events = np.concatenate(kept_e).astype(np.int64)
+        cids = np.concatenate(kept_c).astype(np.int64)
         patterned = np.flatnonzero(self.has_patterns.data[cids])
         if len(patterned):
             keep = np.ones(len(cids), dtype=bool)
@@ -354,6 +346,37 @@ class ConjunctStore:
                 keep[i] = conjunct.evaluate(flat_events[int(events[i]) + event_offset])
             events, cids = events[keep], cids[keep]
         return events, cids
+
+    def _verify_block(self, events: np.ndarray, cids: np.ndarray, start: int,
+                      flat_positions: np.ndarray, n_trees: int, row_lo: np.ndarray,
+                      row_hi: np.ndarray) -> np.ndarray:
+        """Mask of the block's candidates that are live and pass predicates ``start``...
+
+        Carries, per surviving candidate, its index in the block, its row in the
+        position matrix, its first predicate row and how many predicates remain, so
+        each step is one gather of the event's position and of the row's bounds.
+        """
+        index = np.flatnonzero(self.alive.data[cids]).astype(np.int32)
+        matrix_row = events[index] * np.int32(n_trees)
+        first = self.pred_start.data[cids[index]] + np.int32(start)
+        remaining = self.pred_count.data[cids[index]] - np.int32(start)
+        ok = np.zeros(len(cids), dtype=bool)
+        while len(index):
+            finished = remaining <= 0
+            if finished.any():
+                ok[index[finished]] = True
+                going = ~finished
+                index, matrix_row, first, remaining = (
+                    index[going], matrix_row[going], first[going], remaining[going])
+            pos = flat_positions[matrix_row + self.pred_tree.data[first]]
+            holds = (pos >= row_lo[first]) & (pos <= row_hi[first])
+            multi = np.flatnonzero(holds)
+            multi = multi[self.pred_iv_count.data[first[multi]] > 1]
+            if len(multi):
+                holds[multi] = self._inside_any_interval(first[multi], pos[multi])
+            index, matrix_row, first, remaining = (
+                index[holds], matrix_row[holds], first[holds] + 1, remaining[holds] - 1)
+        return ok
 
     def _inside_any_interval(self, pids: np.ndarray, pos: np.ndarray) -> np.ndarray:
         owner, iids = expand_ranges(self.pred_iv_start.data[pids], self.pred_iv_count.data[pids])

@@ -40,14 +40,19 @@ class UnsatisfiableError(ExpressionError):
 class EventError(PsmatchError, ValueError):
     """An event that is not a mapping of attributes to ints, floats, strings or booleans.
 
-    ``attribute`` names the offending attribute (dotted), when there is one.
+    ``attribute`` names the offending attribute (dotted), when there is one, and
+    ``position`` the event's index in its batch, when it came in a batch.
     """
 
-    def __init__(self, message: str, attribute: str | None = None) -> None:
+    def __init__(self, message: str, attribute: str | None = None,
+                 position: int | None = None) -> None:
         self.reason = message
         self.attribute = attribute
+        self.position = position
         if attribute is not None:
             message = f"attribute {attribute!r}: {message}"
+        if position is not None:
+            message = f"event {position}: {message}"
         super().__init__(message)
 
 

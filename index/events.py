@@ -31,15 +31,15 @@ def flatten_event(event: Any, position: int | None = None) -> FlatEvent:
     Cost O(number of attributes).
     """
     if not isinstance(event, Mapping):
-        where = "" if position is None else f"event {position}: "
-        raise EventError(f"{where}an event must be a JSON object, not {type(event).__name__}")
+        raise EventError(f"an event must be a JSON object, not {type(event).__name__}",
+                         position=position)
     flat: FlatEvent = {}
     try:
         _flatten_into(flat, event, "", 0)
     except EventError as error:
         if position is None:
             raise
-        raise EventError(f"event {position}: {error.reason}", error.attribute) from None
+        raise EventError(error.reason, error.attribute, position) from None
     return flat
 
 
