@@ -293,6 +293,7 @@ _COMPLEMENT = {
 
 
 _COMPARISON_OPS = frozenset({"=", "==", "!=", "<>", "<", "<=", ">", ">="})
+_OP_SPELLING = {"==": "=", "<>": "!="}
 
 
 class _Parser:
@@ -314,7 +315,8 @@ class _Parser:
         return "end of expression" if token[KIND] == "end" else repr(token[TEXT])
 
     def accept_keyword(self, word: str) -> bool:
-        if self.tok[KIND] == "keyword" and self.tok[VALUE] == word:
+        tok = self.tokens[self.i]
+        if tok[VALUE] == word and tok[KIND] == "keyword":
             self.i += 1
             return True
         return False
@@ -350,9 +352,12 @@ class _Parser:
             raise ExpressionLimitError(
                 f"expression nested deeper than {MAX_DEPTH} levels", self.text, self.tok[POSITION]
             )
+        tok = self.tokens[self.i]
+        if tok[KIND] == "name":
+            return self.parse_comparison()
         if self.accept_keyword("not"):
             return Not(self.parse_not(depth + 1))
-        if self.tok[KIND] == "op" and self.tok[VALUE] == "(":
+        if tok[KIND] == "op" and tok[VALUE] == "(":
             self.i += 1
             expr = self.parse_or(depth + 1)
             self.expect_op(")")
@@ -360,7 +365,7 @@ class _Parser:
         return self.parse_comparison()
 
     def parse_value(self) -> Value:
-        tok = self.tok
+        tok = self.tokens[self.i]
         if tok[KIND] in ("number", "string"):
             self.i += 1
             return tok[VALUE]  # type: ignore[return-value]
@@ -373,7 +378,7 @@ class _Parser:
         )
 
     def parse_comparison(self) -> Comparison:
-        name_tok = self.tok
+        name_tok = self.tokens[self.i]
         if name_tok[KIND] != "name":
             raise self.error(f"expected an attribute name but found {self.describe(name_tok)}")
         self.i += 1
@@ -385,37 +390,44 @@ class _Parser:
                 name_tok[POSITION],
             )
         attribute = str(name_tok[VALUE])
-        op_tok = self.tok
-        negated = self.accept_keyword("not")
+        op_tok = self.tokens[self.i]
+        negated = False
+        values: tuple[Value, ...]
+        if op_tok[KIND] == "op" and op_tok[VALUE] in _COMPARISON_OPS:
+            self.i += 1
+            op = _OP_SPELLING.get(op_tok[VALUE], op_tok[VALUE])  # type: ignore[arg-type]
+            values = (self.parse_value(),)
+        else:
+            negated = self.accept_keyword("not")
+            op, values = self.parse_keyword_operator(attribute, op_tok, negated)
+        if negated:
+            op = _COMPLEMENT[op]
+        _check_types(attribute, op, values, self.text, op_tok[POSITION])
+        return Comparison(attribute, op, values, name_tok[POSITION])
+
+    def parse_keyword_operator(self, attribute: str, op_tok: _Token,
+                               negated: bool) -> tuple[str, tuple[Value, ...]]:
+        """``in (...)``, ``between A and B`` or ``like 'pattern'`` (after any ``not``)."""
         if self.accept_keyword("in"):
-            op, values = "in", self.parse_list()
-        elif self.accept_keyword("between"):
+            return "in", self.parse_list()
+        if self.accept_keyword("between"):
             low = self.parse_value()
             if not self.accept_keyword("and"):
                 raise self.error(f"expected 'and' in between but found {self.describe(self.tok)}")
-            op, values = "between", (low, self.parse_value())
-        elif self.accept_keyword("like"):
+            return "between", (low, self.parse_value())
+        if self.accept_keyword("like"):
             pattern_tok = self.tok
             pattern = self.parse_value()
             if not isinstance(pattern, str):
                 raise self.error("like needs a quoted string pattern", pattern_tok)
             _check_like_pattern(pattern, self.text, pattern_tok[POSITION])
-            op, values = "like", (pattern,)
-        elif negated:
+            return "like", (pattern,)
+        if negated:
             raise self.error(f"expected in, between or like after 'not' but found "
                              f"{self.describe(self.tok)}")
-        elif op_tok[KIND] == "op" and op_tok[VALUE] in _COMPARISON_OPS:
-            self.i += 1
-            op = {"==": "=", "<>": "!="}.get(str(op_tok[VALUE]), str(op_tok[VALUE]))
-            values = (self.parse_value(),)
-        else:
-            raise self.error(
-                f"expected an operator after {attribute!r} but found {self.describe(op_tok)}"
-            )
-        if negated:
-            op = _COMPLEMENT[op]
-        _check_types(attribute, op, values, self.text, op_tok[POSITION])
-        return Comparison(attribute, op, values, name_tok[POSITION])
+        raise self.error(
+            f"expected an operator after {attribute!r} but found {self.describe(op_tok)}"
+        )
 
     def parse_list(self) -> tuple[Value, ...]:
         self.expect_op("(")
@@ -454,11 +466,7 @@ def _check_like_pattern(pattern: str, text: str, position: int) -> None:
 
 
 def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, pos: int) -> None:
-    if len(values) == 1 and op not in _BOOL_OPS:
-        if isinstance(values[0], bool):
-            raise ExpressionError(
-                f"booleans can only be compared with =, !=, in and not in, not {op}", text, pos
-            )
+    if len(values) == 1 and (op in _BOOL_OPS or values[0].__class__ is not bool):
         return
     kinds = {kind_of(v) for v in values}
     if len(kinds) > 1:
