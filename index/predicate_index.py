@@ -37,15 +37,18 @@ derives the matching subscriptions from them. This module owns:
   :func:`count_complete`, the counting phase 2 shared by ``counting`` and ``pbtree``.
 
 Deletion, which neither paper specifies: a removed conjunct's cid is marked dead at
-once (its counter can no longer complete); list entries of dead owners are dropped by
-the next build of the lists concerned (before the next match), posting lists and
-cluster tables in bulk once removals reach a quarter of the index. Dead cids and pids
-become reusable only after that purge, so a stale entry can never name a new owner.
+once (size -1: its count can never complete) and its predicates lose a reference; a
+predicate's last reference takes it out of phase 1 at the next build of its lists.
+Entries that name cids (associations, clusters, PB+tree lists) are dropped in bulk once
+removals reach a quarter of the index (:attr:`TwoPhaseMatcher.PURGE_MIN` at least).
+Dead cids and pids become reusable only after that purge, so a stale entry can never
+name a new owner.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
+from array import array
 from collections import Counter
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -63,8 +66,6 @@ from index.pstree_matcher import _group
 
 HIT_BUDGET = 1 << 22
 """Most (event, owner) hits one chunk of a batch should produce (32 MiB per column)."""
-BIT_CELLS = 1 << 24
-"""Most cells of Propagation's dense predicate bit vectors (16 MiB of bool)."""
 FIRST_CHUNK = 16
 """Events in a matcher's first chunk, before it knows its hits per event."""
 
@@ -179,15 +180,19 @@ class SortedEntries:
         self.keys: Keys = encode(kind, [])
         self.owners = np.empty(0, dtype=np.int64)
         self.payload = np.empty((width, 0), dtype=np.int64)
-        self._pending_keys: list[Value] = []
-        self._pending_owners: list[int] = []
-        self._pending_payload: list[Sequence[int]] = []
+        self._clear_pending()
         self._dead = False
         self._has_lo = False
         self._directory = np.zeros(1, dtype=np.int32)
 
     def __len__(self) -> int:
         return len(self.owners)
+
+    def _clear_pending(self) -> None:
+        # Typed buffers, not lists of Python ints: 8 bytes an entry, no int objects.
+        self._pending_keys: list[Value] | array[int] = array("q") if self.kind is None else []
+        self._pending_owners = array("q")
+        self._pending_payload = array("q")
 
     @property
     def dirty(self) -> bool:
@@ -202,10 +207,9 @@ class SortedEntries:
 
     def add(self, key: Value, owner: int, payload: Sequence[int] = ()) -> None:
         """Queue one entry for the next build. O(1)."""
-        self._pending_keys.append(key)
+        self._pending_keys.append(key)  # type: ignore[arg-type]
         self._pending_owners.append(owner)
-        if len(self.payload):
-            self._pending_payload.append(payload)
+        self._pending_payload.extend(payload)
 
     def mark_dead(self) -> None:
         """Some owner with entries here died: the next build drops its entries. O(1)."""
@@ -234,7 +238,7 @@ class SortedEntries:
             self.keys = tuple(np.insert(c, at, k) for c, k in zip(self.keys, keys, strict=True))
             self.owners = np.insert(self.owners, at, owners[order])
             self.payload = np.insert(self.payload, at, payload[:, order], axis=1)
-            self._pending_keys, self._pending_owners, self._pending_payload = [], [], []
+            self._clear_pending()
         self._has_lo = len(self.keys) == 2 and bool(self.keys[1].any())
         if self.kind is None:
             # Integer keys are dense ids: key k's entries are directory[k]:directory[k+1].

@@ -12,9 +12,9 @@ Owns Propagation's phase-2 structures on top of
   ``owners`` column) and the *predicates array*, one int64 row of pids per predicate
   position (the ``payload``).
 * the *predicate bit vector*: a dense ``[events, pids]`` boolean table for up to
-  :data:`index.predicate_index.BIT_CELLS` cells of events at a time; phase 1 sets the
-  bits of the satisfied predicates and they are cleared again after those events
-  (only the bits that were set, so the table is never scanned).
+  :data:`BIT_CELLS` cells of events at a time; phase 1 sets the bits of the satisfied
+  predicates and they are cleared again after those events (only the bits that were
+  set, so the table is never scanned).
 * *statistics*: how many events satisfied each pid, for choosing access predicates.
 
 Access predicates: a conjunct's access predicate is its ``=`` (or ``in``) predicate
@@ -29,18 +29,19 @@ hashed together, chosen by a cost model) is not implemented: every access predic
 a single predicate.
 
 Matching a chunk: phase 1 gives the satisfied (event, pid) pairs and sets their bits;
-every table finds the rows under the satisfied pids with one ``searchsorted`` (a
-satisfied access predicate makes its clusters candidates), then checks the predicate
-columns one after the other against the bit vector, dropping rows at their first
-unset bit. Residual conjuncts are verified after.
+every table finds the rows under the satisfied pids through its directory (O(1) per
+pid: a satisfied access predicate makes its clusters candidates), then checks the
+predicate columns one after the other against the bit vector, dropping rows at their
+first unset bit. Residual conjuncts are verified after.
 
 Deletion (not in the paper, which removes a subscription from its cluster by id): a
 removed conjunct's predicates lose a reference at once and its row is filtered out
 of the answers until removals reach a quarter of the index, when every cluster table
 drops the rows of dead conjuncts in one O(rows) filter.
 
-Cost per event: phase 1, then O(log rows) per satisfied pid and table, plus the
-column checks of the candidate rows. Memory O(distinct predicates + occurrences).
+Cost per event: phase 1, then O(1) per satisfied pid and table, plus the column checks
+of the candidate rows (O(candidates x columns checked until the first unset bit)).
+Memory O(distinct predicates + occurrences), plus a directory of O(pids) per table.
 """
 
 from __future__ import annotations
@@ -50,13 +51,15 @@ import numpy as np
 from index.events import FlatEvent
 from index.matcher import MatcherStats
 from index.predicate_index import (
-    BIT_CELLS,
     Op,
     PaperPredicate,
     PredicateIndex,
     SortedEntries,
     TwoPhaseMatcher,
 )
+
+BIT_CELLS = 1 << 24
+"""Most cells of the dense predicate bit vectors held at once (16 MiB of bool)."""
 
 
 class PropagationMatcher(TwoPhaseMatcher):
