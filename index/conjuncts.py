@@ -109,7 +109,7 @@ class ConjunctStore:
         base, sizes, layout = forest.space_layout()
         lo, hi = self._positions(lo_bid, lo_closed, hi_bid, hi_closed)
         hi = np.minimum(hi, sizes[iv_tree] - 1)
-        fraction = self._event_fraction(iv_pred, iv_tree, lo, hi, len(p_tree), base, layout)
+        fraction = self._event_fraction(iv_pred, iv_tree, lo, hi, len(p_tree), base)
         cover = np.bincount(iv_pred, weights=hi - lo + 1, minlength=len(p_tree))
         order = np.lexsort((cover, np.array(p_rank), fraction, np.array(p_conj)))
         # Rows are written in access order: predicates, then their intervals.
@@ -177,14 +177,11 @@ class ConjunctStore:
         return bids[:n], bids[n:], splits
 
     def _event_fraction(self, iv_pred: np.ndarray, iv_tree: np.ndarray, lo: np.ndarray,
-                        hi: np.ndarray, n_preds: int, base: np.ndarray,
-                        layout: np.ndarray) -> np.ndarray:
+                        hi: np.ndarray, n_preds: int, base: np.ndarray) -> np.ndarray:
         """Share of each predicate's tree's past events that fell in its spaces."""
-        totals = np.array([t.total_events for t in self.forest.trees], dtype=np.float64)
+        totals, cumulative = self.forest.event_history()
         if not totals.any():
             return np.zeros(n_preds)
-        cumulative = np.concatenate(
-            [[0], np.cumsum(self.forest.spaces.event_counter[layout])])
         hits = cumulative[base[iv_tree] + hi + 1] - cumulative[base[iv_tree] + lo]
         per_pred = np.bincount(iv_pred, weights=hits, minlength=n_preds)
         pred_tree = np.zeros(n_preds, dtype=np.int64)

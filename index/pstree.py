@@ -266,6 +266,11 @@ class Forest:
         self.bound_rank = np.zeros(64, dtype=np.int32)
         self._bound_count = 0
         self.version = 0  # bumped whenever spaces split or merge
+        self.event_version = 0  # bumped whenever events are counted
+        self._layout_key: tuple[int, ...] = ()
+        self._layout: tuple[np.ndarray, np.ndarray, np.ndarray]
+        self._history_key: tuple[int, ...] = ()
+        self._history: tuple[np.ndarray, np.ndarray]
 
     def tree(self, attribute: str, kind: Kind) -> PSTree:
         """The tree for (attribute, kind), created empty when missing."""
@@ -292,17 +297,21 @@ class Forest:
     def add_bounds(self, tree: PSTree, values: list[Value]) -> tuple[np.ndarray, list[Split]]:
         """Reference each of ``values`` once as a bound of ``tree``.
 
-        New values are inserted first (each splits a gap); returns the bound ids of
+        A new value is inserted first (it splits a gap). Returns the bound ids of
         ``values`` and the splits. Cost O(n log m + new x m).
         """
         splits = []
-        present = set(tree.values)
-        for value in sorted(set(values) - present, key=tree._sort_key):
-            splits.append(tree.add_bound(value, self._new_bound_id(tree.tree_id)))
+        index = np.empty(len(values), dtype=np.int64)
+        bounds = tree.values
+        for j, value in enumerate(values):
+            i = bisect_left(bounds, value)
+            if i == len(bounds) or bounds[i] != value:
+                splits.append(tree.add_bound(value, self._new_bound_id(tree.tree_id)))
+                index[:j] += index[:j] >= i  # earlier values at or above i moved up
+            index[j] = i
         if splits:
             self._rerank(tree)
             self.version += 1
-        index = tree.bound_index(values)
         tree.refs += np.bincount(index, minlength=len(tree.refs))
         return tree.bound_ids[index], splits
 
@@ -321,12 +330,32 @@ class Forest:
 
     def space_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All trees' spaces end to end: (first global position per tree, tree sizes,
-        space id per global position). Cost O(total spaces)."""
-        sizes = np.array([len(t) for t in self.trees], dtype=np.int64)
-        base = np.cumsum(sizes) - sizes
-        sids = (np.concatenate([t.space_ids for t in self.trees]) if self.trees
-                else np.zeros(0, np.int64))
-        return base, sizes, sids
+        space id per global position). Cost O(total spaces), cached until spaces
+        split or merge or a tree is added."""
+        key = (self.version, len(self.trees))
+        if self._layout_key != key:
+            sizes = np.array([len(t) for t in self.trees], dtype=np.int64)
+            base = np.cumsum(sizes) - sizes
+            sids = (np.concatenate([t.space_ids for t in self.trees]) if self.trees
+                    else np.zeros(0, np.int64))
+            self._layout = (base, sizes, sids)
+            self._layout_key = key
+        return self._layout
+
+    def event_history(self) -> tuple[np.ndarray, np.ndarray]:
+        """(events seen per tree, running sum of the event counters over the layout).
+
+        A range of global positions ``[a, b]`` saw ``cumulative[b + 1] - cumulative[a]``
+        events. Cost O(total spaces), cached until the next batch or structural change.
+        """
+        key = (self.version, len(self.trees), self.event_version)
+        if self._history_key != key:
+            _, _, layout = self.space_layout()
+            totals = np.array([t.total_events for t in self.trees], dtype=np.float64)
+            cumulative = np.concatenate([[0], np.cumsum(self.spaces.event_counter[layout])])
+            self._history = (totals, cumulative)
+            self._history_key = key
+        return self._history
 
     def covered_positions(self, tree: PSTree, lo_bid: int, lo_closed: bool, hi_bid: int,
                           hi_closed: bool) -> tuple[int, int]:
@@ -367,6 +396,7 @@ class Forest:
             sids = tree.space_ids[positions]
             tree.total_events += len(values)
             np.add.at(self.spaces.event_counter, sids, 1)
+            self.event_version += 1
             parts_e.append(np.asarray(rows, dtype=np.int64))
             parts_t.append(np.full(len(rows), tid, dtype=np.int64))
             parts_p.append(positions)
