@@ -38,9 +38,8 @@ OUTPUT_DDL = "topic STRING, key BINARY, value BINARY"
 M_EVENTS, M_REJECTED, M_NOTIFICATIONS, M_SYNC_S, M_PARSE_S, M_MATCH_S, M_ENCODE_S = range(7)
 # For connectors.metrics: tasks and index reloads (summed), then the worker's lag behind
 # the batch's version and its index size (merged by maximum), then rejects per reason.
-M_TASKS, M_RELOADS, M_LAG, M_INDEX_SUBS, M_INDEX_PREDICATES, M_INDEX_SPACES, M_INDEX_BYTES = (
-    range(7, 14)
-)
+M_TASKS, M_RELOADS, M_LAG = 7, 8, 9
+M_INDEX_SUBS, M_INDEX_PREDICATES, M_INDEX_SPACES, M_INDEX_BYTES = 10, 11, 12, 13
 M_MAX = frozenset(range(M_LAG, M_INDEX_BYTES + 1))
 M_REASONS = 14  # M_REASONS + i counts REJECT_REASONS[i]
 N_METRICS = M_REASONS + len(REJECT_REASONS)

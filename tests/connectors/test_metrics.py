@@ -189,7 +189,8 @@ def test_the_endpoint_serves_the_text_format_and_reports_a_taken_port() -> None:
             ServiceMetrics().serve(server.port)
     finally:
         server.stop()
-    with socket.socket() as sock:  # the port is free again
+    with socket.socket() as sock:  # the port is free again (as a server would bind it)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", server.port))
 
 
@@ -235,8 +236,12 @@ def test_a_matching_task_reports_its_figures_with_its_result(store: StateStore) 
     reasons = {REJECT_REASONS[i]: n for i, n in enumerate(first[M_REASONS:]) if n}
     assert reasons == {"not_json": 1, "null_value": 1}
     # the next batch replays two changes from the log: lag 2, no reload
-    v2 = store.apply([SourceChange("subs:0", 10, "s0", None),
-                      SourceChange("subs:0", 11, "s9", dumps_record("a = 0", "y", {}))]).version
+    v2 = store.apply(
+        [
+            SourceChange("subs:0", 10, "s0", None),
+            SourceChange("subs:0", 11, "s9", dumps_record("a = 0", "y", {})),
+        ]
+    ).version
     got.clear()
     list(match_batches(settings, v2, iter([_events(b'{"a": 0}')]), got.append))
     assert got[0][M_RELOADS] == 0 and got[0][M_LAG] == 2 and got[0][M_INDEX_SUBS] == 3

@@ -1,0 +1,128 @@
+"""The job on a real Spark standalone cluster: a master and a worker started from pyspark
+(``connectors.standalone``), ``psmatch run --spark-master spark://...`` in its own
+process. Matching must run in Python workers under the executor process (not the
+driver); after the executor is killed with SIGKILL, the master starts a new one, the
+query goes on, every expected notification arrives and the metrics count the reload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from kafka import KafkaConsumer
+
+from connectors.kafka import JsonProducer
+from connectors.standalone import StandaloneCluster
+from streaming.config import ServiceConfig
+from tests.deploy.conftest import JobProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(tmp_path / "spark", cores=2, memory="2g") as c:
+        yield c
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def cmdline(p: psutil.Process) -> str:
+    try:
+        return " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""
+
+
+def executors(cluster: StandaloneCluster) -> list[psutil.Process]:
+    assert cluster.worker is not None
+    return [p for p in descendants(cluster.worker.pid)
+            if "CoarseGrainedExecutorBackend" in cmdline(p)]  # fmt: skip
+
+
+def python_workers(pid: int) -> list[psutil.Process]:
+    return [p for p in descendants(pid) if "pyspark.daemon" in cmdline(p)]
+
+
+def notifications(config: ServiceConfig) -> list[tuple[str, str]]:
+    consumer = KafkaConsumer(
+        config.notifications_topic, bootstrap_servers=config.bootstrap_servers,
+        auto_offset_reset="earliest", enable_auto_commit=False, group_id=None,
+        consumer_timeout_ms=2000,
+    )  # fmt: skip
+    try:
+        return [(m.key.decode(), json.loads(m.value)["event_id"]) for m in consumer]
+    finally:
+        consumer.close()
+
+
+def publish(config: ServiceConfig, first: int, count: int) -> set[tuple[str, str]]:
+    """Events a = first .. first+count-1; returns the (subscription, event) pairs expected."""
+    expected = set()
+    with JsonProducer(config.bootstrap_servers) as producer:
+        for i in range(first, first + count):
+            producer.send(config.events_topic, {"a": i % 20}, key=f"ev-{i}")
+            expected.add(("all", f"ev-{i}"))
+            if i % 20 < 5:
+                expected.add(("small", f"ev-{i}"))
+    return expected
+
+
+def test_the_job_survives_losing_its_executor(
+    cluster: StandaloneCluster,
+    make_config: Callable[..., ServiceConfig],
+    start_job: Callable[[ServiceConfig], JobProcess],
+) -> None:
+    config = make_config(spark_master=cluster.master_url, trigger_seconds=1.0)
+    job = start_job(config)
+    with JsonProducer(config.bootstrap_servers) as producer:
+        producer.send(config.subscriptions_topic, {"expr": "a >= 0"}, key="all")
+        producer.send(config.subscriptions_topic, {"expr": "a < 5"}, key="small")
+    expected = publish(config, 0, 100)
+    job.wait_until(lambda: job.metric("psmatch_notifications_total") == len(expected), 180,
+                   f"{len(expected)} notifications before the kill")  # fmt: skip
+
+    # the application runs on the cluster: one executor under the worker, matching in
+    # Python workers under that executor, none under the driver
+    status = cluster.status()
+    assert [app["name"] for app in status["activeapps"]] == ["psmatch"]
+    (executor,) = executors(cluster)
+    assert python_workers(executor.pid), "no pyspark.daemon under the executor"
+    assert not python_workers(job.proc.pid), "the driver must not run the Python workers"
+    reloads = job.metric("psmatch_worker_index_reloads_total")
+    assert reloads is not None and reloads >= 1
+
+    os.kill(executor.pid, signal.SIGKILL)
+    expected |= publish(config, 100, 100)
+    with JsonProducer(config.bootstrap_servers) as producer:  # a change after the kill
+        producer.send(config.subscriptions_topic, {"expr": "a = 7"}, key="seven")
+    expected_after = len(expected)
+    job.wait_until(lambda: len({e for e in executors(cluster) if e.pid != executor.pid}) == 1,
+                   120, "a new executor")  # fmt: skip
+    expected |= publish(config, 200, 40)
+    expected |= {("seven", f"ev-{i}") for i in range(200, 240) if i % 20 == 7}
+    job.wait_until(lambda: set(notifications(config)) >= expected, 240,
+                   f"all {len(expected)} notifications after the kill")  # fmt: skip
+
+    got = notifications(config)
+    # "seven" may also match events published before it when both land in one batch
+    # (a batch applies its subscription changes first), as the kill delays batches
+    maybe = {("seven", f"ev-{i}") for i in range(100, 200) if i % 20 == 7}
+    assert expected <= set(got) <= expected | maybe, "nothing lost, nothing extra"
+    assert len(got) >= expected_after
+    assert job.proc.poll() is None, "the job is still running"
+    new_reloads = job.metric("psmatch_worker_index_reloads_total")
+    assert new_reloads is not None and new_reloads > reloads, "the new executor reloaded"
+    (app,) = cluster.status()["activeapps"]
+    assert app["state"] == "RUNNING"
