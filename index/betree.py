@@ -175,10 +175,7 @@ class BETreeMatcher(Matcher):
         self._insert_many([(slot, subscription)])
 
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = [], []
-        for slot, subscription in batch:
-            slots.extend([slot] * len(subscription.conjuncts))
-            conjuncts.extend(subscription.conjuncts)
+        slots, conjuncts = self._conjuncts_of(batch)
         inserted = self.store.insert_many(slots, conjuncts)
         for slot, cid in zip(slots, inserted.cids.tolist(), strict=True):
             self._cids_of.setdefault(slot, []).append(cid)

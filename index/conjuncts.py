@@ -15,6 +15,7 @@ never point at another conjunct.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -335,14 +336,8 @@ class ConjunctStore:
             return empty, empty
         events = np.concatenate(kept_e).astype(np.int64)
         cids = np.concatenate(kept_c).astype(np.int64)
-        patterned = np.flatnonzero(self.has_patterns.data[cids])
-        if len(patterned):
-            keep = np.ones(len(cids), dtype=bool)
-            for i in patterned:
-                conjunct = self.patterned[int(cids[i])]
-                keep[i] = conjunct.evaluate(flat_events[int(events[i]) + event_offset])
-            events, cids = events[keep], cids[keep]
-        return events, cids
+        return evaluate_flagged(events, cids, self.has_patterns.data, self.patterned.__getitem__,
+                                flat_events, event_offset)
 
     def _verify_block(self, events: np.ndarray, cids: np.ndarray, start: int,
                       flat_positions: np.ndarray, n_trees: int, row_lo: np.ndarray,
@@ -484,3 +479,22 @@ class InsertedConjuncts:
         iv_owner, ivs = expand_ranges(self.pred_iv_first[preds], self.pred_iv_count[preds])
         owner, positions = expand_ranges(self.iv_covered_start[ivs], self.iv_covered_count[ivs])
         return self.cids[self.pred_conj[preds][iv_owner][owner]], self.layout[positions]
+
+
+def evaluate_flagged(events: np.ndarray, cids: np.ndarray, flagged: np.ndarray,
+                     conjunct_of: Callable[[int], Conjunct], flat_events: list[dict[str, Value]],
+                     event_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Finish (event, conjunct) pairs whose conjunct is ``flagged`` with a Python check.
+
+    For what an index cannot decide by itself (``like`` suffix and contains patterns,
+    or a paper's missing operators): ``conjunct_of(cid).evaluate`` on the flat event
+    ``flat_events[event + event_offset]``. Cost O(pairs) vectorised plus O(flagged) in
+    Python.
+    """
+    check = np.flatnonzero(flagged[cids])
+    if not len(check):
+        return events, cids
+    keep = np.ones(len(cids), dtype=bool)
+    for i in check.tolist():
+        keep[i] = conjunct_of(int(cids[i])).evaluate(flat_events[int(events[i]) + event_offset])
+    return events[keep], cids[keep]

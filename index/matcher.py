@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from index.events import FlatEvent, flatten_event
-from index.language import Subscription, parse_subscription
+from index.language import Conjunct, Subscription, parse_subscription
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +145,16 @@ class Matcher(ABC):
         """Index each subscription under its free slot; override to do it in bulk."""
         for slot, subscription in batch:
             self._insert(slot, subscription)
+
+    @staticmethod
+    def _conjuncts_of(batch: list[tuple[int, Subscription]]) -> tuple[list[int], list[Conjunct]]:
+        """Every conjunct of a batch, with the slot of its subscription, in order."""
+        slots: list[int] = []
+        conjuncts: list[Conjunct] = []
+        for slot, subscription in batch:
+            slots.extend([slot] * len(subscription.conjuncts))
+            conjuncts.extend(subscription.conjuncts)
+        return slots, conjuncts
 
     @abstractmethod
     def _insert(self, slot: int, subscription: Subscription) -> None:

@@ -76,7 +76,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from index.columns import GrowableArray, expand_ranges
-from index.conjuncts import ConjunctStore
+from index.conjuncts import ConjunctStore, evaluate_flagged
 from index.events import FlatEvent
 from index.language import Subscription
 from index.matcher import Matcher, MatcherStats
@@ -202,10 +202,7 @@ class OpIndexMatcher(Matcher):
         self._insert_many([(slot, subscription)])
 
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = [], []
-        for slot, subscription in batch:
-            slots.extend([slot] * len(subscription.conjuncts))
-            conjuncts.extend(subscription.conjuncts)
+        slots, conjuncts = self._conjuncts_of(batch)
         spaces_before = self.forest.spaces.live
         inserted = self.store.insert_many(slots, conjuncts)
         self._ranks_changed |= self.forest.spaces.live != spaces_before
@@ -392,7 +389,8 @@ class OpIndexMatcher(Matcher):
             found_c.append(c)
         e = np.concatenate(found_e) if found_e else np.zeros(0, np.int64)
         c = np.concatenate(found_c) if found_c else np.zeros(0, np.int64)
-        e, c = self._check_patterns(e, c, events)
+        e, c = evaluate_flagged(e, c, self.store.has_patterns.data,
+                                self.store.patterned.__getitem__, events)
         slots = self.store.slot.data[c]
         order = np.argsort(e, kind="stable")
         bounds = np.searchsorted(e[order], np.arange(1, len(events)))
@@ -437,18 +435,6 @@ class OpIndexMatcher(Matcher):
         hit = hit[counts[hit] == self.need.data[cell_cid[hit]]]
         owner_of_hit = np.searchsorted(base, hit, side="right") - 1
         return pivot_event[owner_of_hit], cell_cid[hit]
-
-    def _check_patterns(self, e: np.ndarray, c: np.ndarray,
-                        events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
-        """Exact check of ``like`` suffix/contains patterns, which are not intervals."""
-        patterned = np.flatnonzero(self.store.has_patterns.data[c])
-        if not len(patterned):
-            return e, c
-        keep = np.ones(len(c), dtype=bool)
-        patterns = self.store.patterned
-        for i in patterned.tolist():
-            keep[i] = patterns[int(c[i])].evaluate(events[int(e[i])])
-        return e[keep], c[keep]
 
     # -- bookkeeping -------------------------------------------------------------------
 

@@ -57,12 +57,12 @@ from itertools import pairwise
 
 import numpy as np
 
-from index.columns import GrowableArray, expand_ranges
+from index.columns import GrowableArray, expand_ranges, group_by_event
+from index.conjuncts import evaluate_flagged
 from index.events import FlatEvent
 from index.language import Conjunct, Kind, Predicate, Subscription, Value
 from index.matcher import Matcher
 from index.pstree import number_columns
-from index.pstree_matcher import _group
 
 HIT_BUDGET = 1 << 22
 """Most (event, owner) hits one chunk of a batch should produce (32 MiB per column)."""
@@ -738,25 +738,13 @@ class TwoPhaseMatcher(Matcher):
             chunk = events[first : first + size]
             e, c, hits = self._match_chunk(chunk)
             self._hits_per_event = max(hits / len(chunk), 1.0)
-            e, c = self._verify_residual(e, c, chunk)
+            e, c = evaluate_flagged(e, c, self.table.residual.data,
+                                    self.table.conjuncts.__getitem__, chunk)
             found_e.append(e + first)
             found_c.append(c)
             first += len(chunk)
         cids = np.concatenate(found_c)
-        return _group(len(events), np.concatenate(found_e), self.table.slot.data[cids])
-
-    def _verify_residual(self, events: np.ndarray, cids: np.ndarray,
-                         chunk: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
-        residual = np.flatnonzero(self.table.residual.data[cids])
-        if not len(residual):
-            return events, cids
-        keep = np.ones(len(cids), dtype=bool)
-        conjuncts = self.table.conjuncts
-        for i in residual.tolist():
-            conjunct = conjuncts[int(cids[i])]
-            assert conjunct is not None
-            keep[i] = conjunct.evaluate(chunk[int(events[i])])
-        return events[keep], cids[keep]
+        return group_by_event(len(events), np.concatenate(found_e), self.table.slot.data[cids])
 
     # -- subclass hooks ----------------------------------------------------------------
 

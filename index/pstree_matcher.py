@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from index.columns import GrowableArray
+from index.columns import GrowableArray, group_by_event
 from index.conjuncts import ConjunctStore, InsertedConjuncts
 from index.events import FlatEvent
 from index.language import Subscription
@@ -47,10 +47,7 @@ class PSTreeMatcher(Matcher):
         self._insert_many([(slot, subscription)])
 
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = [], []
-        for slot, subscription in batch:
-            slots.extend([slot] * len(subscription.conjuncts))
-            conjuncts.extend(subscription.conjuncts)
+        slots, conjuncts = self._conjuncts_of(batch)
         inserted = self.store.insert_many(slots, conjuncts)
         self._on_splits(inserted.splits)
         self._file(inserted)
@@ -89,7 +86,7 @@ class PSTreeMatcher(Matcher):
             e, c = self._match_chunk(part, events, first)
             found_e.append(e + first)
             found_c.append(c)
-        return _group(len(events), np.concatenate(found_e),
+        return group_by_event(len(events), np.concatenate(found_e),
                       self.store.slot.data[np.concatenate(found_c)])
 
     def _cids(self, slot: int) -> list[int]:
@@ -186,12 +183,3 @@ def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
     low = np.minimum(sid_a, sid_b).astype(np.int64)
     high = np.maximum(sid_a, sid_b).astype(np.int64)
     return ((high + 1) << 32) | low
-
-
-def _group(n_events: int, events: np.ndarray, slots: np.ndarray) -> list[Iterable[int]]:
-    """Split (event, slot) pairs into one list of slots per event."""
-    order = np.argsort(events, kind="stable")
-    events, slots = events[order], slots[order]
-    bounds = np.searchsorted(events, np.arange(n_events + 1))
-    as_list = slots.tolist()
-    return [as_list[bounds[i] : bounds[i + 1]] for i in range(n_events)]
