@@ -234,6 +234,11 @@ class ConjunctStore:
         self.live -= 1
         self.dead_rows += int(self.pred_count.data[cid])
 
+    @property
+    def awaiting_reclaim(self) -> int:
+        """Removed conjuncts whose ids wait for :meth:`reclaim`."""
+        return len(self._removed)
+
     def reclaim(self) -> None:
         """Make removed cids reusable; call once no posting list refers to them."""
         self._free.extend(self._removed)

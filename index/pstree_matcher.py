@@ -66,7 +66,7 @@ class PSTreeMatcher(Matcher):
         for cid in self._cids(slot):
             self._unfile(cid)
             self.store.remove(cid)
-        if len(self.store._removed) > max(1024, self.store.live // 4):
+        if self.store.awaiting_reclaim > max(1024, self.store.live // 4):
             self._compact()
 
     def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
