@@ -205,6 +205,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "p99_seconds_per_event": float(np.percentile(per_event, 99)) if timed else float("nan"),
         "events_per_second": timed / sum(batch_seconds) if timed else float("nan"),
         "match_cpu_share": match_cpu_seconds / sum(batch_seconds) if timed else float("nan"),
+        "cpu_seconds_per_event": match_cpu_seconds / timed if timed else float("nan"),
         "adds_per_second": len(fresh) / add_seconds if fresh else float("nan"),
         "removes_per_second": len(victims) / remove_seconds if len(victims) else float("nan"),
     }
@@ -305,11 +306,16 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "–" if value is None or value != value else format(value, pattern)
 
 
+def _rate(value: float) -> str:
+    """A per-second rate: whole numbers, or two decimals when below 100."""
+    return _fmt(value, ",.0f" if value >= 100 else ".2f")
+
+
 def _table(rows: list[dict[str, Any]]) -> str:
     header = (
         "| matcher | build s | RSS growth MB | estimated MB | mean ms/event | p99 ms/event "
-        "| events/s | events timed (batches) | CPU/wall | adds/s | removes/s | agreement with scan "
-        "| speedup vs scan |"
+        "| events/s | events timed (batches) | CPU ms/event (CPU/wall) | adds/s | removes/s "
+        "| agreement with scan | speedup vs scan |"
     )
     lines = [header, "|" + "---|" * (header.count("|") - 1)]
     for r in rows:
@@ -326,10 +332,11 @@ def _table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['matcher']} | {r['build_seconds']:.1f} | {r['rss_growth_bytes'] / MB:.0f} "
             f"| {r['estimated_bytes'] / MB:.0f} | {r['mean_seconds_per_event'] * 1e3:.3f} "
-            f"| {r['p99_seconds_per_event'] * 1e3:.3f} | {_fmt(r['events_per_second'], ',.0f')} "
-            f"| {r['events_timed']:,} ({r['batches']}) | {_fmt(r['match_cpu_share'], '.0%')} "
-            f"| {_fmt(r['adds_per_second'], ',.0f')} "
-            f"| {_fmt(r['removes_per_second'], ',.0f')} | {agreement} "
+            f"| {r['p99_seconds_per_event'] * 1e3:.3f} | {_rate(r['events_per_second'])} "
+            f"| {r['events_timed']:,} ({r['batches']}) "
+            f"| {r['cpu_seconds_per_event'] * 1e3:.3f} ({_fmt(r['match_cpu_share'], '.0%')}) "
+            f"| {_rate(r['adds_per_second'])} "
+            f"| {_rate(r['removes_per_second'])} | {agreement} "
             f"| {_fmt(r.get('speedup'), ',.1f')} |"
         )
     return "\n".join(lines)
@@ -426,8 +433,9 @@ probability measured: {measured}; target {params.matching_probability:.4%}.
 - *mean / p99 ms/event*: `match_batch` on batches of {args.batch_size:,} events, per-event time
   = batch time / batch size; mean over all events timed, p99 over the batches. scan matches
   only the first {args.agreement_events} events.
-- *CPU/wall*: process CPU time over wall time during the match phase; well under 100%
-  means the pinned core was shared with other work and the times are inflated.
+- *CPU ms/event (CPU/wall)*: process CPU time per event over the match phase, and CPU
+  time over wall time; a share well under 100% means the pinned core was shared with
+  other work and the wall times above are inflated by about its inverse.
 - *adds/s, removes/s*: {args.updates:,} single `add` calls of fresh subscriptions, then
   {args.updates:,} `remove` calls of random subscriptions of the built index.
 - *agreement with scan*: share of the first {args.agreement_events} events whose answer equals
