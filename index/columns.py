@@ -77,6 +77,10 @@ class GrowableArray:
             self._data = np.zeros(1, dtype=self._data.dtype)
         self._size = len(values)
 
+    def shrink_to_fit(self) -> None:
+        """Drop the spare capacity left by doubling (after a bulk load). O(n)."""
+        self.replace(self.view())
+
     @property
     def nbytes(self) -> int:
         return int(self._data.nbytes) + 8 * len(self._pending)

@@ -234,6 +234,18 @@ class ConjunctStore:
         self.live -= 1
         self.dead_rows += int(self.pred_count.data[cid])
 
+    def shrink_to_fit(self) -> None:
+        """Release the columns' spare capacity (after a bulk load). O(rows)."""
+        for column in self._columns:
+            column.shrink_to_fit()
+
+    @property
+    def _columns(self) -> tuple[GrowableArray, ...]:
+        return (self.slot, self.pred_start, self.pred_count, self.alive, self.has_patterns,
+                self.pred_tree, self.pred_iv_start, self.pred_iv_count, self.pred_lo_bid,
+                self.pred_lo_closed, self.pred_hi_bid, self.pred_hi_closed, self.iv_lo_bid,
+                self.iv_lo_closed, self.iv_hi_bid, self.iv_hi_closed)
+
     @property
     def awaiting_reclaim(self) -> int:
         """Removed conjuncts whose ids wait for :meth:`reclaim`."""
@@ -386,12 +398,9 @@ class ConjunctStore:
 
     @property
     def nbytes(self) -> int:
-        columns = (self.slot, self.pred_start, self.pred_count, self.alive, self.has_patterns,
-                   self.pred_tree, self.pred_iv_start, self.pred_iv_count, self.pred_lo_bid,
-                   self.pred_lo_closed, self.pred_hi_bid, self.pred_hi_closed, self.iv_lo_bid,
-                   self.iv_lo_closed, self.iv_hi_bid, self.iv_hi_closed)
         # A patterned conjunct is also kept as objects: ~1 KiB each.
-        return sum(c.nbytes for c in columns) + 1024 * len(self.patterned)
+        return (sum(c.nbytes for c in self._columns) + self._row_lo.nbytes
+                + self._row_hi.nbytes + 1024 * len(self.patterned))
 
     @property
     def live_predicates(self) -> int:

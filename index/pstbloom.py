@@ -27,14 +27,11 @@ early exit, verification of the survivors.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
-
 import numpy as np
 
 from index.columns import GrowableArray, expand_ranges
 from index.conjuncts import InsertedConjuncts
 from index.events import FlatEvent
-from index.language import Subscription
 from index.multimap import MultiMap
 from index.pstree import LocatedBatch, Split
 from index.pstree_matcher import PSTreeMatcher
@@ -103,8 +100,8 @@ class PSTBloomMatcher(PSTreeMatcher):
                 self.sig_offset[new] = self.sig_offset[split.sid]
                 self.sig_bits[new] = self.sig_bits[split.sid]
 
-    def add_many(self, items: Iterable[tuple[Hashable, str | Subscription]]) -> None:
-        super().add_many(items)
+    def _finish_bulk(self) -> None:
+        super()._finish_bulk()
         self.build_signatures()
 
     def _posting_maps(self) -> list[MultiMap]:

@@ -62,6 +62,14 @@ class PSTreeMatcher(Matcher):
             nxt[cid] = first[slot]
             first[slot] = cid
 
+    def _finish_bulk(self) -> None:
+        """Merge every posting list's delta and release the columns' spare capacity."""
+        for multimap in self._posting_maps():
+            multimap.compact(None)
+        self.store.shrink_to_fit()
+        self.first_cid.shrink_to_fit()
+        self.next_cid.shrink_to_fit()
+
     def _delete(self, slot: int) -> None:
         for cid in self._cids(slot):
             self._unfile(cid)
