@@ -30,6 +30,10 @@ test: $(STAMP) system-deps jars
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
+# The matcher benchmark on the PS-Tree paper's default workload (writes docs/bench-matchers.*).
+bench: $(STAMP)
+	$(PY) bench/bench_matchers.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
