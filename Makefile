@@ -36,7 +36,6 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
