@@ -134,7 +134,8 @@ class Matcher(ABC):
 
         Raises :class:`index.errors.EventError` (a ``ValueError``) for an invalid event.
         """
-        return self.match_batch([event])[0]
+        flat = [flatten_event(event)]
+        return set(map(self._ids.__getitem__, self._match_flat(flat)[0]))
 
     def match_batch(self, events: Sequence[Mapping[str, Any]]) -> list[set[Hashable]]:
         """One set of matching ids per event, in order.
