@@ -7,15 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.local import LocalServices, release_shared_services, shared_services
+from connectors.local import LocalServices
 from connectors.state import StateStore
-
-
-@pytest.fixture(scope="session")
-def services() -> Iterator[LocalServices]:
-    """Kafka (KRaft) and redis-server on free loopback ports, stopped after the session."""
-    yield shared_services()
-    release_shared_services()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import sys
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,42 +25,10 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.local import LocalServices, free_port, release_shared_services, shared_services
+from connectors.local import free_port
 from streaming.config import ENV_PREFIX, ServiceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def services() -> Iterator[LocalServices]:
-    """Kafka (KRaft) and redis-server on free loopback ports, stopped after the session."""
-    yield shared_services()
-    release_shared_services()
-
-
-@pytest.fixture
-def make_config(services: LocalServices, tmp_path: Path) -> Callable[..., ServiceConfig]:
-    """A config with fresh topics, Redis prefix, checkpoint and metrics port."""
-    tag = uuid.uuid4().hex[:10]
-
-    def make(**overrides: Any) -> ServiceConfig:
-        values: dict[str, Any] = {
-            "bootstrap_servers": services.kafka.bootstrap_servers,
-            "redis_url": services.redis.url,
-            "redis_prefix": f"d{tag}:",
-            "subscriptions_topic": f"subs-{tag}",
-            "events_topic": f"events-{tag}",
-            "notifications_topic": f"notif-{tag}",
-            "rejected_topic": f"rejected-{tag}",
-            "checkpoint_location": str(tmp_path / "checkpoint"),
-            "spark_master": "local[2]",
-            "trigger_seconds": 0.5,
-            "metrics_port": free_port(),
-        }
-        values.update(overrides)
-        return ServiceConfig(**values)
-
-    return make
 
 
 def scrape(url: str, timeout: float = 5.0) -> str:

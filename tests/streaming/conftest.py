@@ -1,27 +1,17 @@
 """Fixtures for the streaming tests: real Kafka, Redis and Spark, shared per session.
 
 Each test gets its own topic names, Redis key prefix and checkpoint folder from
-``make_config``, so tests never see each other's records.
+``make_config`` (in ``tests/conftest.py``), so tests never see each other's records.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from connectors.local import LocalServices, release_shared_services, shared_services
 from streaming.config import ServiceConfig
-
-
-@pytest.fixture(scope="session")
-def services() -> Iterator[LocalServices]:
-    """Kafka (KRaft) and redis-server on free loopback ports, stopped after the session."""
-    yield shared_services()
-    release_shared_services()
 
 
 @pytest.fixture(scope="session")
@@ -41,25 +31,3 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture
-def make_config(services: LocalServices, tmp_path: Path) -> Callable[..., ServiceConfig]:
-    """A config with fresh topics, Redis prefix and checkpoint; keyword args override."""
-    tag = uuid.uuid4().hex[:10]
-
-    def make(**overrides: Any) -> ServiceConfig:
-        values: dict[str, Any] = {
-            "bootstrap_servers": services.kafka.bootstrap_servers,
-            "redis_url": services.redis.url,
-            "redis_prefix": f"t{tag}:",
-            "subscriptions_topic": f"subs-{tag}",
-            "events_topic": f"events-{tag}",
-            "notifications_topic": f"notif-{tag}",
-            "rejected_topic": f"rejected-{tag}",
-            "checkpoint_location": str(tmp_path / "checkpoint"),
-            "spark_master": "local[2]",
-            "trigger_seconds": 0.5,
-        }
-        values.update(overrides)
-        return ServiceConfig(**values)
-
-    return make
