@@ -132,7 +132,6 @@ class BETreeMatcher(Matcher):
         self.forest = Forest()
         self.store = ConjunctStore(self.forest)
         self.root = CNode(frozenset())
-        self._cids_of: dict[int, list[int]] = {}
         self._node_of: dict[int, CNode] = {}
 
     # -- hulls and cuts ----------------------------------------------------------------
@@ -177,8 +176,7 @@ class BETreeMatcher(Matcher):
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
         slots, conjuncts = self._conjuncts_of(batch)
         inserted = self.store.insert_many(slots, conjuncts)
-        for slot, cid in zip(slots, inserted.cids.tolist(), strict=True):
-            self._cids_of.setdefault(slot, []).append(cid)
+        for cid in inserted.cids.tolist():
             self._file(cid)
 
     def _file(self, cid: int) -> None:
@@ -268,7 +266,7 @@ class BETreeMatcher(Matcher):
     # -- deletion ----------------------------------------------------------------------
 
     def _delete(self, slot: int) -> None:
-        for cid in self._cids_of.pop(slot):
+        for cid in self.store.unlink(slot):
             node = self._node_of.pop(cid)
             self._take(cid, node, self._hulls(cid))
             self.store.remove(cid)
@@ -395,10 +393,9 @@ class BETreeMatcher(Matcher):
         self.forest.check()
         self.store.check()
         store = self.store
-        assert sum(len(c) for c in self._cids_of.values()) == store.live == len(self._node_of)
-        for slot, cids in self._cids_of.items():
-            for cid in cids:
-                assert store.alive.data[cid] and store.slot.data[cid] == slot
+        assert store.live == len(self._node_of)
+        for slot in self._slot_of.values():
+            assert store.cids_of(slot), f"subscription in slot {slot} has no conjunct"
         seen = self._check_node(self.root)
         assert seen == store.live, "conjuncts missing from the tree"
 

@@ -58,6 +58,10 @@ class ConjunctStore:
         self.iv_lo_closed = GrowableArray(np.bool_)
         self.iv_hi_bid = GrowableArray(np.int32)
         self.iv_hi_closed = GrowableArray(np.bool_)
+        # The conjuncts of each subscription slot, as linked lists in two int32 columns:
+        # first_cid[slot] and next_cid[cid] (-1 ends a list).
+        self.first_cid = GrowableArray(np.int32)
+        self.next_cid = GrowableArray(np.int32)
         self._free: list[int] = []
         self._size = 0  # cids ever allocated
         self._removed: list[int] = []
@@ -139,6 +143,7 @@ class ConjunctStore:
         counts = np.bincount(np.array(p_conj, dtype=np.int64), minlength=len(conjuncts))
         starts = pred_base + np.cumsum(counts) - counts
         cids = self._allocate(slots, conjuncts, starts, counts)
+        self._link(np.asarray(slots, dtype=np.int64), cids)
         # Where each stored predicate's covered spaces are, for the matchers' filing.
         rank_in_conj = np.arange(len(order)) - (starts - pred_base)[np.array(p_conj)[order]]
         return InsertedConjuncts(
@@ -210,6 +215,32 @@ class ConjunctStore:
         self.live += n
         return cids
 
+    def _link(self, slots: np.ndarray, cids: np.ndarray) -> None:
+        """Put each new conjunct at the front of its subscription's list."""
+        for column, size in ((self.first_cid, int(slots.max()) + 1),
+                             (self.next_cid, int(cids.max()) + 1)):
+            if size > len(column):
+                column.extend(np.full(size - len(column), -1, dtype=np.int32))
+        first, nxt = self.first_cid.data, self.next_cid.data
+        for cid, slot in zip(cids[::-1].tolist(), slots[::-1].tolist(), strict=True):
+            nxt[cid] = first[slot]
+            first[slot] = cid
+
+    def cids_of(self, slot: int) -> list[int]:
+        """The conjuncts of the subscription in ``slot``. O(conjuncts)."""
+        cids = []
+        cid = int(self.first_cid.data[slot]) if slot < len(self.first_cid) else -1
+        while cid >= 0:
+            cids.append(cid)
+            cid = int(self.next_cid.data[cid])
+        return cids
+
+    def unlink(self, slot: int) -> list[int]:
+        """The conjuncts of ``slot``, forgotten by the slot (remove each next)."""
+        cids = self.cids_of(slot)
+        self.first_cid.data[slot] = -1
+        return cids
+
     @property
     def _conjunct_columns(self) -> tuple[GrowableArray, ...]:
         return (self.slot, self.pred_start, self.pred_count, self.alive, self.has_patterns)
@@ -236,7 +267,7 @@ class ConjunctStore:
 
     def shrink_to_fit(self) -> None:
         """Release the columns' spare capacity (after a bulk load). O(rows)."""
-        for column in self._columns:
+        for column in (*self._columns, self.first_cid, self.next_cid):
             column.shrink_to_fit()
 
     @property
@@ -466,6 +497,13 @@ class ConjunctStore:
         live = forest.spaces.alive[: forest.spaces.size]
         actual = forest.spaces.predicate_counter[: forest.spaces.size]
         assert (actual[live] == expected[live]).all(), "predicate counters disagree"
+        linked = [cid for slot in np.flatnonzero(self.first_cid.view() >= 0).tolist()
+                  for cid in self.cids_of(slot)]
+        assert sorted(linked) == np.flatnonzero(self.alive.view()).tolist(), (
+            "every live conjunct is linked from its subscription exactly once")
+        assert all(self.slot.data[cid] == slot
+                   for slot in np.flatnonzero(self.first_cid.view() >= 0).tolist()
+                   for cid in self.cids_of(slot))
 
 
 @dataclass(slots=True)

@@ -177,7 +177,6 @@ class OpIndexMatcher(Matcher):
         super().__init__()
         self.forest = Forest()
         self.store = ConjunctStore(self.forest)
-        self._cids_of: dict[int, list[int]] = {}
         # Level 1: per conjunct its pivot tree, counter slot in V_pivot and target count.
         self.pivot = GrowableArray(np.int64)
         self.counter_slot = GrowableArray(np.int64)
@@ -206,8 +205,6 @@ class OpIndexMatcher(Matcher):
         spaces_before = self.forest.spaces.live
         inserted = self.store.insert_many(slots, conjuncts)
         self._ranks_changed |= self.forest.spaces.live != spaces_before
-        for slot, cid in zip(slots, inserted.cids.tolist(), strict=True):
-            self._cids_of.setdefault(slot, []).append(cid)
         self._file(inserted.cids)
 
     def _grow_tree_columns(self) -> None:
@@ -305,7 +302,7 @@ class OpIndexMatcher(Matcher):
     def _delete(self, slot: int) -> None:
         store = self.store
         spaces_before = self.forest.spaces.live
-        for cid in self._cids_of.pop(slot):
+        for cid in store.unlink(slot):
             start = int(store.pred_start.data[cid])
             trees = store.pred_tree.data[start : start + int(store.pred_count.data[cid])]
             self.attribute_use[trees] -= 1
@@ -458,7 +455,8 @@ class OpIndexMatcher(Matcher):
         self.forest.check()
         self.store.check()
         store = self.store
-        assert sum(len(c) for c in self._cids_of.values()) == store.live
+        for slot in self._slot_of.values():
+            assert store.cids_of(slot), f"subscription in slot {slot} has no conjunct"
         block, _, offset, cid = self._all_entries()
         live_entry = store.alive.data[cid]
         rows = block // 3
@@ -471,22 +469,20 @@ class OpIndexMatcher(Matcher):
             entries_of.setdefault(int(cid[i]), []).append(i)
         counter_slots: set[tuple[int, int]] = set()
         use = np.zeros(len(self.list_size), dtype=np.int64)
-        for slot, cids in self._cids_of.items():
-            for c in cids:
-                assert store.alive.data[c] and store.slot.data[c] == slot
-                conjunct = store.conjunct(c)
-                trees = {self.forest.tree_of[(p.attribute, p.kind)] for p in conjunct.predicates}
-                use[list(trees)] += 1
-                pivot = int(self.pivot.data[c])
-                assert pivot in trees, "the pivot is not one of the conjunct's attributes"
-                counter_slot = int(self.counter_slot.data[c])
-                assert 0 <= counter_slot < self.list_size[pivot]
-                assert (pivot, counter_slot) not in counter_slots, "counter slot shared"
-                counter_slots.add((pivot, counter_slot))
-                mine = rows[entries_of[c]]
-                assert (row_pivot[mine] == pivot).all(), "entry outside the pivot's lists"
-                assert set(self.row_tree.data[mine].tolist()) == trees, "predicate not listed"
-                assert len(trees) <= self.need.data[c] <= len(mine)
+        for c in np.flatnonzero(store.alive.view()).tolist():
+            conjunct = store.conjunct(c)
+            trees = {self.forest.tree_of[(p.attribute, p.kind)] for p in conjunct.predicates}
+            use[list(trees)] += 1
+            pivot = int(self.pivot.data[c])
+            assert pivot in trees, "the pivot is not one of the conjunct's attributes"
+            counter_slot = int(self.counter_slot.data[c])
+            assert 0 <= counter_slot < self.list_size[pivot]
+            assert (pivot, counter_slot) not in counter_slots, "counter slot shared"
+            counter_slots.add((pivot, counter_slot))
+            mine = rows[entries_of[c]]
+            assert (row_pivot[mine] == pivot).all(), "entry outside the pivot's lists"
+            assert set(self.row_tree.data[mine].tolist()) == trees, "predicate not listed"
+            assert len(trees) <= self.need.data[c] <= len(mine)
         assert (use == self.attribute_use[: len(use)]).all(), "attribute use counts disagree"
         assert ((offset >= 0) & (offset <= 2)).all()
         signature = self.signature.view()

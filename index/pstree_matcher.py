@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from index.columns import GrowableArray, group_by_event
+from index.columns import group_by_event
 from index.conjuncts import ConjunctStore, InsertedConjuncts
 from index.events import FlatEvent
 from index.language import Subscription
@@ -36,10 +36,6 @@ class PSTreeMatcher(Matcher):
         super().__init__()
         self.forest = Forest()
         self.store = ConjunctStore(self.forest)
-        # The conjuncts of each subscription, as linked lists in two int32 columns:
-        # first_cid[slot] and next_cid[cid] (-1 ends a list).
-        self.first_cid = GrowableArray(np.int32)
-        self.next_cid = GrowableArray(np.int32)
 
     # -- Matcher hooks -----------------------------------------------------------------
 
@@ -51,27 +47,9 @@ class PSTreeMatcher(Matcher):
         inserted = self.store.insert_many(slots, conjuncts)
         self._on_splits(inserted.splits)
         self._file(inserted)
-        cids, slot_of_cid = inserted.cids, np.asarray(slots, dtype=np.int64)
-        for column, size in ((self.first_cid, int(slot_of_cid.max()) + 1),
-                             (self.next_cid, int(cids.max()) + 1)):
-            if size > len(column):
-                column.extend(np.full(size - len(column), -1, dtype=np.int32))
-        # Link each conjunct in front of its subscription's list, last one first.
-        first, nxt = self.first_cid.data, self.next_cid.data
-        for cid, slot in zip(cids[::-1].tolist(), slot_of_cid[::-1].tolist(), strict=True):
-            nxt[cid] = first[slot]
-            first[slot] = cid
-
-    def _finish_bulk(self) -> None:
-        """Merge every posting list's delta and release the columns' spare capacity."""
-        for multimap in self._posting_maps():
-            multimap.compact(None)
-        self.store.shrink_to_fit()
-        self.first_cid.shrink_to_fit()
-        self.next_cid.shrink_to_fit()
 
     def _delete(self, slot: int) -> None:
-        for cid in self._cids(slot):
+        for cid in self.store.unlink(slot):
             self._unfile(cid)
             self.store.remove(cid)
         if self.store.awaiting_reclaim > max(1024, self.store.live // 4):
@@ -96,16 +74,6 @@ class PSTreeMatcher(Matcher):
             found_c.append(c)
         return group_by_event(len(events), np.concatenate(found_e),
                       self.store.slot.data[np.concatenate(found_c)])
-
-    def _cids(self, slot: int) -> list[int]:
-        """The conjuncts of the subscription in ``slot``; unlinks them. O(conjuncts)."""
-        cids = []
-        cid = int(self.first_cid.data[slot])
-        while cid >= 0:
-            cids.append(cid)
-            cid = int(self.next_cid.data[cid])
-        self.first_cid.data[slot] = -1
-        return cids
 
     # -- subclass hooks ----------------------------------------------------------------
 
@@ -166,15 +134,8 @@ class PSTreeMatcher(Matcher):
     def check(self) -> None:
         self.forest.check()
         self.store.check()
-        linked = 0
         for slot in self._slot_of.values():
-            cid = int(self.first_cid.data[slot])
-            assert cid >= 0, f"subscription in slot {slot} has no conjunct"
-            while cid >= 0:
-                assert self.store.alive.data[cid] and self.store.slot.data[cid] == slot
-                linked += 1
-                cid = int(self.next_cid.data[cid])
-        assert linked == self.store.live
+            assert self.store.cids_of(slot), f"subscription in slot {slot} has no conjunct"
 
 
 def space_key(sid: int | np.ndarray) -> int | np.ndarray:

@@ -29,7 +29,7 @@ def tree(matcher: BETreeMatcher, attribute: str) -> int:
 
 
 def node_of(matcher: BETreeMatcher, sub_id: str) -> CNode:
-    (cid,) = matcher._cids_of[matcher._slot_of[sub_id]]
+    (cid,) = matcher.store.cids_of(matcher._slot_of[sub_id])
     return matcher._node_of[cid]
 
 
