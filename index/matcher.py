@@ -145,9 +145,21 @@ class Matcher(ABC):
         event of the batch is matched (callers that must keep going validate events
         one by one with :func:`index.events.flatten_event` first).
         """
-        flat = [flatten_event(event, position=i) for i, event in enumerate(events)]
+        return self.match_flat_batch(
+            [flatten_event(event, position=i) for i, event in enumerate(events)]
+        )
+
+    def match_flat_batch(self, flat_events: Sequence[FlatEvent]) -> list[set[Hashable]]:
+        """``match_batch`` for events already validated and flattened.
+
+        Each item must be what :func:`index.events.flatten_event` returned for an
+        event; a caller that validates events one by one (to reject the bad ones and
+        keep going) matches its flat results here, so no event is flattened twice.
+        """
+        if not flat_events:
+            return []
         lookup = self._ids.__getitem__
-        return [set(map(lookup, slots)) for slots in self._match_flat(flat)]
+        return [set(map(lookup, slots)) for slots in self._match_flat(list(flat_events))]
 
     @abstractmethod
     def stats(self) -> MatcherStats:

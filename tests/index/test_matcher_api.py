@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from index import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
+from index.events import flatten_event
 
 
 @pytest.fixture(params=MATCHERS)
@@ -49,6 +50,15 @@ def test_match_batch_answers_in_order(matcher):
     matcher.add_many([(1, "a = 1"), (2, "a = 2"), (3, "a >= 1")])
     matcher.check()
     assert matcher.match_batch([{"a": 2}, {}, {"a": 1}]) == [{2, 3}, set(), {1, 3}]
+
+
+def test_match_flat_batch_matches_flattened_events_like_match_batch(matcher):
+    matcher.add_many([(1, "user.age > 3"), (2, "a = 1"), (3, "a = 1 and user.age = 4")])
+    events = [{"user": {"age": 4}, "a": 1}, {}, {"a": 1}]
+    flat = [flatten_event(event) for event in events]
+    assert matcher.match_flat_batch(flat) == matcher.match_batch(events) == [
+        {1, 2, 3}, set(), {2}]
+    assert matcher.match_flat_batch([]) == matcher.match_batch([]) == []
 
 
 def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
