@@ -22,6 +22,7 @@ from index.errors import (
     UnknownMatcherError,
     UnsatisfiableError,
 )
+from index.explain import Explanation, explain
 from index.matcher import Matcher, MatcherStats
 
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -53,6 +54,7 @@ def make_matcher(name: str) -> Matcher:
 __all__ = [
     "MATCHERS",
     "EventError",
+    "Explanation",
     "ExpressionError",
     "ExpressionLimitError",
     "Matcher",
@@ -60,5 +62,6 @@ __all__ = [
     "PsmatchError",
     "UnknownMatcherError",
     "UnsatisfiableError",
+    "explain",
     "make_matcher",
 ]
