@@ -1,9 +1,10 @@
 """The ``psmatch`` command: run the service and talk to it through Kafka.
 
 Subcommands: ``run`` (the streaming job, optionally starting local Kafka and Redis),
-``subscribe``, ``unsubscribe``, ``publish``, ``tail`` and ``rebuild-state``. Every
-setting of :class:`streaming.config.ServiceConfig` is a flag on each subcommand and an
-environment variable ``PSMATCH_<NAME>``. Exit codes: 0 success, 1 a service error
+``subscribe``, ``unsubscribe``, ``publish``, ``tail``, ``rebuild-state`` and ``explain``
+(why an event does or does not match a stored subscription). Every setting of
+:class:`streaming.config.ServiceConfig` is a flag on each subcommand and an environment
+variable ``PSMATCH_<NAME>``. Exit codes: 0 success, 1 a service error
 (Kafka, Redis, Spark), 2 bad usage or invalid input.
 """
 
@@ -295,6 +296,36 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     return 0
 
 
+# -- explain ---------------------------------------------------------------------------
+
+
+def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
+    from connectors.state import StateStore
+    from index import EventError, explain
+
+    try:
+        event = json.loads(args.event)
+    except ValueError as exc:
+        print(f"psmatch explain: the event is not JSON: {exc}", file=sys.stderr)
+        return 2
+    store = StateStore.from_url(cfg.redis_url, cfg.redis_prefix, cfg.change_log_retention)
+    record = store.get(args.id)
+    if record is None:
+        print(f"psmatch explain: no subscription {args.id!r} in {cfg.redis_url} "
+              f"(prefix {cfg.redis_prefix}); the job stores a subscription once it has read it",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    expr = json.loads(record)["expr"]
+    try:
+        explanation = explain(expr, event)
+    except EventError as exc:
+        print(f"psmatch explain: invalid event: {exc}", file=sys.stderr)
+        return 2
+    print(f"subscription {args.id}: {expr}")
+    print(explanation)
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------
 
 
@@ -380,6 +411,17 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to read the topic")
     p.set_defaults(func=cmd_rebuild_state)
+
+    p = sub.add_parser(
+        "explain", parents=[parent], help="why an event does or does not match a subscription",
+        description="Show the stored subscription ID (read from Redis) with each comparison "
+        "marked true, false or unknown on the event EVENT and why (missing attribute, value "
+        "of another kind, or the value compared), and whether it matches. Example: psmatch "
+        "explain cheap-books '{\"price\": 25, \"category\": \"books\"}'",
+    )  # fmt: skip
+    p.add_argument("id", help="subscription id")
+    p.add_argument("event", metavar="EVENT", help="the event, a JSON object")
+    p.set_defaults(func=cmd_explain)
     return parser
 
 
