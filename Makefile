@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean system-deps jars
+.PHONY: run test test-fast lint bench clean system-deps jars
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ run: $(STAMP) system-deps jars
 test: $(STAMP) system-deps jars
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+# The unit tests alone: everything but the tests marked integration (those that need
+# Kafka, Redis, Spark or Prometheus; tests/conftest.py marks every user of their fixtures).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not integration"
 
 # The matcher benchmark on the PS-Tree paper's default workload (writes docs/bench-matchers.*).
 bench: $(STAMP)

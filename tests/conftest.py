@@ -1,6 +1,11 @@
 """Fixtures shared by the integration tests: one real Kafka broker and Redis per session,
 and per-test service configurations with topic names, Redis prefix, checkpoint and
 metrics port of their own, so tests never see each other's records.
+
+Every test that uses a fixture starting a server (directly or through another fixture)
+is marked ``integration`` here, so ``pytest -m "not integration"`` (``make test-fast``)
+runs the unit tests alone. Tests that start servers by other means carry the marker
+themselves.
 """
 
 from __future__ import annotations
@@ -14,6 +19,31 @@ import pytest
 
 from connectors.local import LocalServices, free_port, release_shared_services, shared_services
 from streaming.config import ServiceConfig
+
+
+SERVER_FIXTURES = frozenset({
+    ("tests.conftest", "services"),
+    ("tests.streaming.conftest", "spark"),
+    ("tests.deploy.conftest", "start_job"),
+    ("tests.deploy.conftest", "start_prometheus"),
+})  # fmt: skip
+"""Fixtures (module, name) that start Kafka, Redis, Spark, ``psmatch run`` or Prometheus.
+By definition, not name: ``tests/deploy/test_consistency.py`` has a ``services`` of its
+own (the docker-compose services)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)  # the closure of fixtures the test uses
+        if info is None:
+            continue
+        used = {
+            (defs[-1].func.__module__, name)
+            for name, defs in info.name2fixturedefs.items()
+            if defs
+        }
+        if used & SERVER_FIXTURES:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
