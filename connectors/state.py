@@ -21,16 +21,32 @@ This module owns every Redis key the service writes (all under one prefix, defau
 
 Each :meth:`StateStore.apply` chunk runs as one Lua script, so readers never see half
 of a chunk.
+
+Redis outages are waited out here, for every caller (the driver's ``foreachBatch`` and
+the executors' Python workers alike): a connection error or timeout is retried with
+exponential backoff and jitter until ``retry_seconds`` have passed since the first
+failure, one log line per retry; past that, :class:`StateUnavailableError`. Retrying a
+change is safe because of the offset check above. :func:`redis_retry_stats` tells the
+metrics how many retries this process made and how long the current outage has lasted.
+A wrong password fails at once (:class:`StateAuthenticationError`). Neither log lines nor
+errors ever contain a password: the server is named by :func:`redact_url`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from index.errors import PsmatchError
 
@@ -41,6 +57,84 @@ class StateError(PsmatchError):
 
 class ChangeLogGapError(StateError):
     """The change log no longer holds the changes a reader needs (trimmed or rebuilt)."""
+
+
+class StateUnavailableError(StateError):
+    """Redis stayed unreachable for longer than the store waits (``retry_seconds``)."""
+
+
+class StateAuthenticationError(StateError):
+    """Redis refused the connection's credentials (a wrong or missing password)."""
+
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_RETRY_SECONDS = 300.0
+# Backoff between retries: the n-th wait is uniform in [d/2, d], d = min(CAP, BASE * 2**n):
+# quick retries for a blip, no more than one attempt (and one log line) per CAP seconds
+# in a long outage, and jitter so that many workers do not reconnect in lockstep.
+RETRY_BASE_S = 0.25
+RETRY_CAP_S = 10.0
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+@dataclass(frozen=True, slots=True)
+class RedisRetryStats:
+    """This process's Redis retries, for the metrics.
+
+    ``retries``: connection errors retried since the process started (a counter);
+    ``outages``: times Redis went from reachable to unreachable (a counter);
+    ``waiting_seconds``: how long the current outage has lasted, 0 when Redis answers.
+    """
+
+    retries: int
+    outages: int
+    waiting_seconds: float
+
+
+class _RetryState:
+    """Process-wide retry figures: a store's calls may run in several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.retries = 0
+        self.outages = 0
+        self._waiting: dict[int, float] = {}  # thread id -> monotonic start of its wait
+
+    def retry(self, started: float) -> None:
+        with self._lock:
+            if not self._waiting:
+                self.outages += 1
+            self._waiting[threading.get_ident()] = started
+            self.retries += 1
+
+    def recovered(self) -> None:
+        with self._lock:
+            self._waiting.pop(threading.get_ident(), None)
+
+    def snapshot(self) -> RedisRetryStats:
+        with self._lock:
+            since = min(self._waiting.values(), default=None)
+            waited = 0.0 if since is None else time.monotonic() - since
+            return RedisRetryStats(self.retries, self.outages, waited)
+
+
+_RETRIES = _RetryState()
+
+
+def redis_retry_stats() -> RedisRetryStats:
+    """Retries and the current outage's length in this process (see :class:`StateStore`)."""
+    return _RETRIES.snapshot()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,16 +215,33 @@ return v
 
 
 class StateStore:
-    """Reads and writes the subscription state under one Redis key prefix."""
+    """Reads and writes the subscription state under one Redis key prefix.
+
+    Every method waits out a Redis outage of up to ``retry_seconds`` (see the module
+    docstring); ``retry_seconds=0`` fails at the first connection error.
+    """
 
     APPLY_CHUNK = 2000
 
-    def __init__(self, client: redis.Redis, prefix: str = "psmatch:", retention: int = 200_000):
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "psmatch:",
+        retention: int = 200_000,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ):
         if retention < 1:
             raise StateError("the change log retention must be >= 1")
+        if retry_seconds < 0:
+            raise StateError("the Redis retry time must be >= 0 seconds")
         self.client = client
         self.prefix = prefix
         self.retention = retention
+        self.retry_seconds = retry_seconds
+        kw = client.connection_pool.connection_kwargs
+        where = kw.get("path") or f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+        self.where = f"Redis at {where}"
+        self._password = kw.get("password") or None
         self.k_subs = prefix + "subs"
         self.k_version = prefix + "version"
         self.k_log = prefix + "log"
@@ -139,24 +250,105 @@ class StateStore:
         self._rebuild = client.register_script(_REBUILD_LUA)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "psmatch:", retention: int = 200_000) -> StateStore:
-        client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
-        return cls(client, prefix, retention)
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "psmatch:",
+        retention: int = 200_000,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> StateStore:
+        """A store on ``redis://[[user]:password@]host:port/db``, ``rediss://`` (TLS) or
+        ``unix://``; a ``ssl_ca_certs=<file>`` query parameter names the CA bundle that
+        verifies a ``rediss://`` server."""
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        ca_file = query.pop("ssl_ca_certs", None)
+        url = urlunsplit(parts._replace(query=urlencode(query)))
+        options: dict[str, Any] = {"ssl_ca_certs": ca_file} if ca_file else {}
+        client = redis.Redis.from_url(
+            url,
+            socket_timeout=30,
+            socket_connect_timeout=10,
+            retry=Retry(NoBackoff(), 0),  # the store's own retry loop is the only one
+            **options,
+        )
+        return cls(client, prefix, retention, retry_seconds)
 
     @property
     def _keys(self) -> list[str]:
         return [self.k_subs, self.k_version, self.k_log, self.k_offsets]
 
+    def _call(self, what: str, fn: Callable[[], T], retry: bool = True) -> T:
+        """``fn()``, retrying connection errors until ``retry_seconds`` have passed.
+
+        ``what`` completes "could not ..." in messages. Any other Redis error is a
+        :class:`StateError` at once.
+        """
+        started: float | None = None
+        attempt = 0
+        while True:
+            try:
+                result = fn()
+            except redis.AuthenticationError as exc:
+                raise StateAuthenticationError(
+                    f"{self.where} refused the credentials ({self._clean(exc)}): check the "
+                    "password (PSMATCH_REDIS_PASSWORD or --redis-password-file)"
+                ) from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                now = time.monotonic()
+                started = now if started is None else started
+                waited = now - started
+                left = self.retry_seconds - waited if retry else 0.0
+                if left <= 0:
+                    _RETRIES.recovered()
+                    if not retry or self.retry_seconds == 0:
+                        raise StateUnavailableError(
+                            f"could not {what}: {self.where} is not reachable "
+                            f"({self._clean(exc)})"
+                        ) from None
+                    raise StateUnavailableError(
+                        f"could not {what}: {self.where} stayed unreachable for "
+                        f"{waited:.1f} s after {attempt} retries (last error: "
+                        f"{self._clean(exc)}); giving up (redis_retry_seconds = "
+                        f"{self.retry_seconds:g}). Bring Redis back and start the job again: "
+                        "it resumes from its checkpoint."
+                    ) from None
+                cap = min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt)
+                delay = min(random.uniform(cap / 2, cap), left)
+                attempt += 1
+                _RETRIES.retry(started)
+                log.warning(
+                    "%s is not reachable (%s): retry %d in %.1f s, giving up in %.1f s",
+                    self.where, self._clean(exc), attempt, delay, left,
+                )  # fmt: skip
+                time.sleep(delay)
+                continue
+            except redis.RedisError as exc:
+                raise StateError(f"could not {what}: {self._clean(exc)}") from None
+            if started is not None:
+                _RETRIES.recovered()
+                log.warning(
+                    "%s is reachable again after %.1f s and %d retries",
+                    self.where, time.monotonic() - started, attempt,
+                )  # fmt: skip
+            return result
+
+    def _clean(self, exc: BaseException) -> str:
+        """The exception's text, with its type, never showing the password."""
+        text = f"{type(exc).__name__}: {exc}"
+        return text.replace(self._password, "***") if self._password else text
+
     def ping(self) -> None:
-        try:
-            self.client.ping()
-        except redis.RedisError as exc:
-            raise StateError(f"Redis is not reachable: {exc}") from exc
+        """Fail at once (no retry) when Redis does not answer: for start-up checks."""
+        self._call("reach Redis", self.client.ping, retry=False)
 
     # -- writes ------------------------------------------------------------------------
 
     def apply(self, changes: Sequence[SourceChange]) -> ApplyResult:
-        """Apply changes in order; those already applied (by source offset) are skipped."""
+        """Apply changes in order; those already applied (by source offset) are skipped.
+
+        A chunk retried after a lost connection (it may have run) is skipped by offset.
+        """
         version = self.version()
         applied = skipped = 0
         for start in range(0, len(changes), self.APPLY_CHUNK):
@@ -164,10 +356,10 @@ class StateStore:
             for c in changes[start : start + self.APPLY_CHUNK]:
                 op = "put" if c.record is not None else "del"
                 args += [c.source, c.offset, op, c.sub_id, c.record or ""]
-            try:
-                version, a, s = self._apply(keys=self._keys, args=args)
-            except redis.RedisError as exc:
-                raise StateError(f"could not apply subscription changes: {exc}") from exc
+            version, a, s = self._call(
+                "apply subscription changes",
+                lambda args=args: self._apply(keys=self._keys, args=args),
+            )
             applied += int(a)
             skipped += int(s)
         return ApplyResult(int(version), applied, skipped)
@@ -178,7 +370,8 @@ class StateStore:
         The version moves forward by one and the change log is emptied, so every worker
         notices the gap and reloads.
         """
-        try:
+
+        def rebuild() -> int:
             version = int(self._rebuild(keys=self._keys))
             pipe = self.client.pipeline(transaction=True)
             items = list(records.items())
@@ -187,50 +380,50 @@ class StateStore:
             if offsets:
                 pipe.hset(self.k_offsets, mapping={k: str(v) for k, v in offsets.items()})
             pipe.execute()
-        except redis.RedisError as exc:
-            raise StateError(f"could not rebuild the subscription state: {exc}") from exc
-        return version
+            return version
+
+        return self._call("rebuild the subscription state", rebuild)
 
     def clear(self) -> None:
-        self.client.delete(*self._keys)
+        self._call("clear the subscription state", lambda: self.client.delete(*self._keys))
 
     # -- reads -------------------------------------------------------------------------
 
     def version(self) -> int:
-        try:
-            return int(self.client.get(self.k_version) or 0)
-        except redis.RedisError as exc:
-            raise StateError(f"could not read the state version: {exc}") from exc
+        value = self._call("read the state version", lambda: self.client.get(self.k_version))
+        return int(value or 0)
 
     def get(self, sub_id: str) -> str | None:
-        value = self.client.hget(self.k_subs, sub_id)
+        value = self._call("read a subscription", lambda: self.client.hget(self.k_subs, sub_id))
         return None if value is None else _text(value)
 
     def count(self) -> int:
-        return int(self.client.hlen(self.k_subs))
+        return int(self._call("count subscriptions", lambda: self.client.hlen(self.k_subs)))
 
     def offsets(self) -> dict[str, int]:
-        return {_text(k): int(v) for k, v in self.client.hgetall(self.k_offsets).items()}
+        found = self._call("read the applied offsets", lambda: self.client.hgetall(self.k_offsets))
+        return {_text(k): int(v) for k, v in found.items()}
 
     def snapshot(self) -> tuple[int, dict[str, str]]:
         """The version and all current subscriptions, read atomically."""
-        try:
+
+        def read() -> list[Any]:
             pipe = self.client.pipeline(transaction=True)
             pipe.get(self.k_version)
             pipe.hgetall(self.k_subs)
-            version, subs = pipe.execute()
-        except redis.RedisError as exc:
-            raise StateError(f"could not read the subscription state: {exc}") from exc
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        version, subs = self._call("read the subscription state", read)
         return int(version or 0), {_text(k): _text(v) for k, v in subs.items()}
 
     def changes(self, after: int, upto: int) -> list[Change]:
         """Changes ``after+1 .. upto`` in order; :class:`ChangeLogGapError` if any is gone."""
         if upto <= after:
             return []
-        try:
-            entries = self.client.xrange(self.k_log, min=f"{after + 1}-0", max=f"{upto}-0")
-        except redis.RedisError as exc:
-            raise StateError(f"could not read the change log: {exc}") from exc
+        entries = self._call(
+            "read the change log",
+            lambda: self.client.xrange(self.k_log, min=f"{after + 1}-0", max=f"{upto}-0"),
+        )
         out = [_change(entry_id, fields) for entry_id, fields in entries]
         if len(out) != upto - after or (out and out[0].version != after + 1):
             raise ChangeLogGapError(
