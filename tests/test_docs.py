@@ -1,0 +1,76 @@
+"""The docs are executed: every example in README.md and docs/*.md runs or says why not.
+
+The kinds of blocks and the ``not executed`` marker are described in tests/docblocks.py.
+Here: the Python sessions run as doctests and the JSON formats parse; the console
+sessions run against real servers in tests/streaming/test_doc_sessions.py.
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.docblocks import DOCS, ROOT, Block, all_blocks, blocks
+
+RUN = {"python", "console", "json"}
+"""Languages whose blocks the tests run (python only with >>> prompts)."""
+NOT_CODE = {"text"}
+"""Diagrams and prose; every fence names its language, so no command hides in a bare one."""
+
+
+def is_doctest(block: Block) -> bool:
+    return block.language == "python" and ">>>" in block.text and block.not_executed is None
+
+
+def test_every_example_runs_or_says_why_not() -> None:
+    problems = []
+    for block in all_blocks():
+        if block.not_executed is not None or block.language in NOT_CODE:
+            continue
+        if not block.language:
+            problems.append(f"{block.where}: a block without a language (text for diagrams)")
+        elif block.language not in RUN:
+            problems.append(f"{block.where}: a {block.language!r} block that no test runs")
+        elif block.language == "python" and ">>>" not in block.text:
+            problems.append(f"{block.where}: a python block without >>> prompts")
+        elif block.language == "console" and not block.commands():
+            problems.append(f"{block.where}: a console block without '$ ' commands")
+    assert not problems, (
+        "\n".join(problems)
+        + "\nmake them runnable, or put <!-- not executed: REASON --> on the line before"
+    )
+
+
+def test_the_front_door_has_examples_that_run() -> None:
+    readme = blocks(ROOT / "README.md")
+    assert any(is_doctest(b) for b in readme)
+    assert any(b.language == "console" and b.not_executed is None for b in readme)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in DOCS if any(is_doctest(b) for b in blocks(p))],
+    ids=lambda p: str(p.relative_to(ROOT)),
+)
+def test_python_sessions_run_as_doctests(path: Path) -> None:
+    globs: dict[str, object] = {"__name__": path.stem}
+    parser = doctest.DocTestParser()
+    runner = doctest.DocTestRunner()
+    report: list[str] = []
+    for block in filter(is_doctest, blocks(path)):
+        test = parser.get_doctest(block.text, globs, block.where, str(path), block.line - 1)
+        runner.run(test, out=report.append, clear_globs=False)
+    assert runner.tries > 0
+    assert runner.failures == 0, "".join(report)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [b for b in all_blocks() if b.language == "json" and b.not_executed is None],
+    ids=lambda b: b.where,
+)
+def test_json_examples_parse(block: Block) -> None:
+    assert isinstance(json.loads(block.text), dict)
