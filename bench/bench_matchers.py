@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
         "Writes docs/bench-matchers.md and docs/bench-matchers.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    workload = parser.add_argument_group("workload (BE-Gen parameters, see index/begen.py)")
+    workload = parser.add_argument_group("workload (BE-Gen parameters, see index/begen/)")
     add_params_arguments(workload, events=10_000)
     run = parser.add_argument_group("run")
     run.add_argument(
@@ -421,7 +421,7 @@ Command: `{_command_line()}`
 Date: {started:%Y-%m-%d %H:%M} UTC (whole run {seconds / 60:.1f} min). Machine: {_machine()}.
 Each matcher ran in its own subprocess pinned to core {args.cpu}.
 
-Workload (BE-Gen, `index/begen.py`): {workload}. The index holds {args.subscriptions:,}
+Workload (BE-Gen, `index/begen/`): {workload}. The index holds {args.subscriptions:,}
 subscriptions; {args.updates:,} more are the fresh ones for the add test. Matching
 probability measured: {measured}; target {params.matching_probability:.4%}.
 

@@ -27,13 +27,13 @@ from index.matcher import Matcher, MatcherStats
 
 _REGISTRY: dict[str, tuple[str, str]] = {
     "scan": ("index.scan", "ScanMatcher"),
-    "pstbloom": ("index.pstbloom", "PSTBloomMatcher"),
-    "psthash": ("index.psthash", "PSTHashMatcher"),
-    "opindex": ("index.opindex", "OpIndexMatcher"),
-    "betree": ("index.betree", "BETreeMatcher"),
-    "counting": ("index.counting", "CountingMatcher"),
-    "propagation": ("index.propagation", "PropagationMatcher"),
-    "pbtree": ("index.pbtree", "PBTreeMatcher"),
+    "pstbloom": ("index.pstree.pstbloom", "PSTBloomMatcher"),
+    "psthash": ("index.pstree.psthash", "PSTHashMatcher"),
+    "opindex": ("index.baselines.opindex", "OpIndexMatcher"),
+    "betree": ("index.baselines.betree", "BETreeMatcher"),
+    "counting": ("index.baselines.counting", "CountingMatcher"),
+    "propagation": ("index.baselines.propagation", "PropagationMatcher"),
+    "pbtree": ("index.baselines.pbtree", "PBTreeMatcher"),
 }
 
 MATCHERS: tuple[str, ...] = tuple(_REGISTRY)

@@ -1,7 +1,7 @@
 """The exception hierarchy of psmatch: one root, one subclass per kind of failure.
 
-Every error a user can cause (a bad expression, a bad event, a bad setting) is a
-``ValueError`` as well, so callers that only know the standard library still catch it.
+Every error a user can cause (a bad expression, a bad event, an unknown matcher name)
+is a ``ValueError`` as well, so callers that only know the standard library still catch it.
 """
 
 from __future__ import annotations
@@ -56,9 +56,5 @@ class EventError(PsmatchError, ValueError):
         super().__init__(message)
 
 
-class ConfigError(PsmatchError, ValueError):
-    """A setting (flag, environment variable or config field) with an invalid value."""
-
-
-class UnknownMatcherError(ConfigError):
+class UnknownMatcherError(PsmatchError, ValueError):
     """A matcher name that is not in ``index.MATCHERS``."""

@@ -21,8 +21,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from index.errors import ConfigError, PsmatchError
+from index.errors import PsmatchError
 from streaming.config import REPO_ROOT, ServiceConfig, field_type
+from streaming.errors import ConfigError
 
 log = logging.getLogger("psmatch")
 

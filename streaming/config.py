@@ -3,7 +3,7 @@
 Every setting has a default that works on one machine, can be overridden by an
 environment variable ``PSMATCH_<FIELD>`` (e.g. ``PSMATCH_BOOTSTRAP_SERVERS``) and by the
 matching CLI flag (``--bootstrap-servers``); flags win over the environment, which wins
-over the defaults. Invalid values raise :class:`index.errors.ConfigError`.
+over the defaults. Invalid values raise :class:`streaming.errors.ConfigError`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from index.errors import ConfigError
+from streaming.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "PSMATCH_"

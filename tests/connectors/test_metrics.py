@@ -20,7 +20,7 @@ from connectors.metrics import (
     reject_reason,
 )
 from connectors.state import SourceChange, StateStore, dumps_record
-from index.errors import ConfigError
+from streaming.errors import ConfigError
 from streaming.config import ServiceConfig
 from streaming.job import BatchReport
 from streaming.records import RecordError, parse_event, parse_subscription_record

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from index.errors import ConfigError
 from streaming.config import ServiceConfig
+from streaming.errors import ConfigError
 
 
 def test_defaults_work_on_one_machine() -> None:

@@ -2,7 +2,7 @@
 
 Owns PSTBloom's two structures on top of the shared PS-Trees:
 
-* *subscription lists*: a :class:`index.multimap.MultiMap` from space id to the
+* *subscription lists*: a :class:`index.core.multimap.MultiMap` from space id to the
   conjuncts whose access predicate (the first in access order, i.e. the most selective)
   covers that space. An event's located spaces give the candidates directly.
 * *signatures*: per space, a Bloom filter (two hash functions, at least 8 bits per
@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.columns import GrowableArray, expand_ranges
-from index.conjuncts import InsertedConjuncts
+from index.core.columns import GrowableArray, expand_ranges
+from index.core.multimap import MultiMap
 from index.events import FlatEvent
-from index.multimap import MultiMap
-from index.pstree import LocatedBatch, Split
-from index.pstree_matcher import PSTreeMatcher
+from index.pstree.forest import LocatedBatch, Split
+from index.pstree.matcher import PSTreeMatcher
+from index.pstree.store import InsertedConjuncts
 
 WIDE_SPACES = 32
 """Predicates covering more spaces than this stay out of the signatures."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from index import make_matcher
-from index.opindex import EQ, GE, LE, UNBOUNDED, OpIndexMatcher
+from index.baselines.opindex import EQ, GE, LE, UNBOUNDED, OpIndexMatcher
 
 
 def build(subscriptions: dict[str, str]) -> tuple[OpIndexMatcher, object]:
@@ -102,7 +102,7 @@ def test_equality_signatures_hold_every_operand() -> None:
 
 
 def test_delta_run_merges_into_main_and_rekeys_on_new_values(monkeypatch) -> None:
-    monkeypatch.setattr("index.opindex.DELTA_MIN", 4)
+    monkeypatch.setattr("index.baselines.opindex.DELTA_MIN", 4)
     matcher, scan = build({f"s{i}": f"a > {i} and b < {2 * i}" for i in range(20)})
     events = [{"a": v, "b": w} for v in range(-1, 22) for w in (0, 7, 30)]
     agree(matcher, scan, events)
@@ -116,7 +116,7 @@ def test_delta_run_merges_into_main_and_rekeys_on_new_values(monkeypatch) -> Non
 
 
 def test_deletion_tombstones_then_purges(monkeypatch) -> None:
-    monkeypatch.setattr("index.opindex.PURGE_MIN", 3)
+    monkeypatch.setattr("index.baselines.opindex.PURGE_MIN", 3)
     texts = {f"s{i}": f"a = {i % 5} and b between {i} and {i + 10}" for i in range(30)}
     matcher, scan = build(texts)
     events = [{"a": i % 5, "b": i} for i in range(45)]

@@ -50,7 +50,7 @@ p-node's c-directory is removed, propagating upward.
 
 The walk is a Python loop per event (the nature of the structure); the leaf scans are
 vectorised: all (event, conjunct) candidates of a batch are checked together, predicate
-by predicate, by :meth:`index.conjuncts.ConjunctStore.verify`. Not implemented: the
+by predicate, by :meth:`index.pstree.store.ConjunctStore.verify`. Not implemented: the
 cost-based ranking with loss over event windows and l-node recycling (section 5); the
 paper's own experiments set their weights so that popularity decides.
 
@@ -67,12 +67,12 @@ from itertools import chain
 
 import numpy as np
 
-from index.conjuncts import ConjunctStore
 from index.events import FlatEvent
 from index.language import Subscription, Value, kind_of
 from index.matcher import Matcher, MatcherStats
-from index.pstree import Forest
-from index.pstree_matcher import POSITION_CELLS
+from index.pstree.forest import Forest
+from index.pstree.matcher import POSITION_CELLS
+from index.pstree.store import ConjunctStore
 
 MAX_CAP = 5
 """``max_cap``: the paper's leaf capacity for matching probabilities below 1% (Table 4)."""

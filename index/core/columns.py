@@ -1,10 +1,14 @@
-"""Columnar building blocks shared by the indexes: growable arrays and range expansion."""
+"""Columnar building blocks shared by the indexes: growable arrays, range expansion and
+the grouping of a batch's (event, value) pairs by attribute and of answers by event."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from index.events import FlatEvent
+from index.language import Kind, Value
 
 
 class GrowableArray:
@@ -109,3 +113,22 @@ def group_by_event(n_events: int, events: np.ndarray, slots: np.ndarray) -> list
     bounds = np.searchsorted(events, np.arange(n_events + 1))
     as_list = slots.tolist()
     return [as_list[bounds[i] : bounds[i + 1]] for i in range(n_events)]
+
+
+def group_pairs(events: Sequence[FlatEvent], index_of: dict[tuple[str, Kind], int]
+                ) -> dict[int, tuple[list[int], list[Value]]]:
+    """The (event, value) pairs of a batch grouped by the index of their (attribute,
+    kind); pairs with no index are dropped. One Python pass over the pairs."""
+    grouped: dict[int, tuple[list[int], list[Value]]] = {}
+    for e, event in enumerate(events):
+        for attribute, value in event.items():
+            kind = (Kind.BOOL if value is True or value is False
+                    else Kind.STRING if isinstance(value, str) else Kind.NUMBER)
+            index = index_of.get((attribute, kind))
+            if index is not None:
+                group = grouped.get(index)
+                if group is None:
+                    grouped[index] = group = ([], [])
+                group[0].append(e)
+                group[1].append(value)
+    return grouped

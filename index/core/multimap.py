@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from index.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (keys, values) of all entries to a boolean mask of the entries to keep."""

@@ -21,9 +21,9 @@ from itertools import pairwise
 
 import numpy as np
 
-from index.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges
 from index.language import Conjunct, Interval, Predicate, Value
-from index.pstree import UNBOUNDED_HI, Forest, Split
+from index.pstree.forest import UNBOUNDED_HI, Forest, Split
 
 VERIFY_BLOCK = 1 << 16
 """Candidates verified together: small enough for their columns to stay in cache."""

@@ -32,6 +32,7 @@ from itertools import pairwise
 
 import numpy as np
 
+from index.core.columns import group_pairs
 from index.language import Kind, Value
 
 UNBOUNDED_HI = np.int32(2**30)
@@ -374,21 +375,7 @@ class Forest:
         over the pairs in Python to group them by tree, then one vectorised locate
         per tree present in the batch.
         """
-        grouped: dict[int, tuple[list[int], list[Value]]] = {}
-        tree_of = self.tree_of
-        for e, event in enumerate(events):
-            for attribute, value in event.items():
-                kind = (
-                    Kind.BOOL if value is True or value is False
-                    else Kind.STRING if isinstance(value, str) else Kind.NUMBER
-                )
-                tid = tree_of.get((attribute, kind))
-                if tid is not None:
-                    group = grouped.get(tid)
-                    if group is None:
-                        grouped[tid] = group = ([], [])
-                    group[0].append(e)
-                    group[1].append(value)
+        grouped = group_pairs(events, self.tree_of)
         parts_e, parts_t, parts_p, parts_s = [], [], [], []
         for tid, (rows, values) in grouped.items():
             tree = self.trees[tid]

@@ -500,6 +500,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

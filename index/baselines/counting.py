@@ -1,19 +1,19 @@
 """The counting algorithm (the baseline of Fabret et al., SIGMOD 2001, section 2).
 
 Owns counting's phase-2 structure on top of Le Subscribe's phase 1
-(:class:`index.predicate_index.PredicateIndex`):
+(:class:`index.baselines.predicate_index.PredicateIndex`):
 
 * the *association table*: for each predicate id, the conjuncts that contain it (one
-  entry per occurrence), a :class:`index.predicate_index.SortedEntries` keyed by pid
+  entry per occurrence), a :class:`index.baselines.predicate_index.SortedEntries` keyed by pid
   whose dense directory finds a pid's conjuncts in O(1).
 
 Matching a chunk of events: phase 1 gives the satisfied (event, pid) pairs; each
 satisfied predicate adds one hit to every conjunct containing it, and a conjunct
 matches when its hits equal its number of paper predicates
-(:func:`index.predicate_index.count_complete`). ``between`` and ``like 'ab%'`` count as
+(:func:`index.baselines.predicate_index.count_complete`). ``between`` and ``like 'ab%'`` count as
 two predicates on one attribute; the count keeps that multiplicity because hits are
 (event, conjunct) pairs, not sets. Conjuncts with a residual condition (see
-:func:`index.predicate_index.decompose`) are verified after.
+:func:`index.baselines.predicate_index.decompose`) are verified after.
 
 Deletion (not in the paper): a removed conjunct's size becomes -1 so its count never
 completes; its predicates lose a reference (the last one takes the predicate out of
@@ -29,16 +29,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from index.baselines.paper_predicates import PaperPredicate
+from index.baselines.predicate_index import PredicateIndex
+from index.baselines.sorted_entries import SortedEntries, expected_entries
+from index.baselines.two_phase import TwoPhaseMatcher, count_complete
 from index.events import FlatEvent
 from index.matcher import MatcherStats
-from index.predicate_index import (
-    PaperPredicate,
-    PredicateIndex,
-    SortedEntries,
-    TwoPhaseMatcher,
-    count_complete,
-    expected_entries,
-)
 
 
 class CountingMatcher(TwoPhaseMatcher):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from index.baselines.paper_predicates import Op, PaperPredicate
+from index.baselines.pbtree import PBTree, PBTreeMatcher
 from index.language import Kind
-from index.pbtree import PBTree, PBTreeMatcher
-from index.predicate_index import Op, PaperPredicate
 
 ALIVE = np.ones(16, dtype=bool)
 

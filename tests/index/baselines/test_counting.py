@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from index.counting import CountingMatcher
+from index.baselines.counting import CountingMatcher
+from index.baselines.paper_predicates import Op, PaperPredicate, decompose
+from index.baselines.predicate_index import PredicateIndex
 from index.language import Kind, parse_subscription
-from index.predicate_index import Op, PaperPredicate, PredicateIndex, decompose
 
 
 def paper(text: str) -> tuple[list[tuple[Op, tuple]], bool]:

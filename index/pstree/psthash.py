@@ -2,9 +2,9 @@
 
 Owns PSTHash's structures on top of the shared PS-Trees:
 
-* the *hash table*: a :class:`index.multimap.MultiMap` from a 2-dim predicate space
+* the *hash table*: a :class:`index.core.multimap.MultiMap` from a 2-dim predicate space
   (the order-free pair of space ids, one from each access predicate's tree; see
-  :func:`index.pstree_matcher.pair_key`) to the conjuncts whose two access predicates
+  :func:`index.pstree.matcher.pair_key`) to the conjuncts whose two access predicates
   (the first two in access order) cover those spaces. An event builds the C(|E|, 2)
   pairs of its located spaces and looks all of them up at once.
 * the *access lists*: space id -> conjuncts with an access predicate covering it, used
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.columns import GrowableArray, expand_ranges
-from index.conjuncts import InsertedConjuncts
+from index.core.columns import GrowableArray, expand_ranges
+from index.core.multimap import MultiMap
 from index.events import FlatEvent
-from index.multimap import MultiMap
-from index.pstree import LocatedBatch, Split
-from index.pstree_matcher import PSTreeMatcher, pair_key
+from index.pstree.forest import LocatedBatch, Split
+from index.pstree.matcher import PSTreeMatcher, pair_key
+from index.pstree.store import InsertedConjuncts
 
 MAX_KEYS = 256
 """Most 2-dim spaces one conjunct may be filed under; beyond it, the fallback path."""

@@ -13,7 +13,7 @@ Owns the OpIndex matcher. Its two levels map onto the paper (opindex.txt, sectio
   goes into one of three operator lists, ``=``, ``>=`` and ``<=``, sorted by
   (attribute, operand). All of them are stored as one sorted run of ``int64`` keys
   ``block << 32 | threshold`` where a *block* is (pivot, attribute, operator). The
-  directory from (pivot, attribute) to its blocks is a :class:`index.multimap.MultiMap`.
+  directory from (pivot, attribute) to its blocks is a :class:`index.core.multimap.MultiMap`.
 
 The value domain of each (attribute, kind) is the order-preserving encoding of the
 PS-Tree forest (:class:`index.pstree.Forest`): the distinct operands ``b_0 < ... <
@@ -75,13 +75,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from index.columns import GrowableArray, expand_ranges
-from index.conjuncts import ConjunctStore, evaluate_flagged
+from index.core.columns import GrowableArray, expand_ranges
+from index.core.multimap import MultiMap
 from index.events import FlatEvent
 from index.language import Subscription
 from index.matcher import Matcher, MatcherStats
-from index.multimap import MultiMap
-from index.pstree import Forest
+from index.pstree.forest import Forest
+from index.pstree.store import ConjunctStore, evaluate_flagged
 
 EQ, GE, LE = 0, 1, 2
 """The operator lists; a block id is ``3 * directory row + operator``."""

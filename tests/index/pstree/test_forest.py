@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from index import make_matcher
 from index.language import Interval, Kind
-from index.pstree import Forest
+from index.pstree.forest import Forest
 
 
 def spaces(matcher, attribute="age"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from index import make_matcher
-from index.betree import HIGHEST, LOWEST, MAX_CAP, BETreeMatcher, CNode
+from index.baselines.betree import HIGHEST, LOWEST, MAX_CAP, BETreeMatcher, CNode
 
 
 def build(subscriptions: dict[str, str]) -> tuple[BETreeMatcher, object]:

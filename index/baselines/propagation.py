@@ -2,9 +2,9 @@
 column-wise subscription clusters over Le Subscribe's phase 1.
 
 Owns Propagation's phase-2 structures on top of
-:class:`index.predicate_index.PredicateIndex`:
+:class:`index.baselines.predicate_index.PredicateIndex`:
 
-* the *cluster tables*: one :class:`index.predicate_index.SortedEntries` per cluster
+* the *cluster tables*: one :class:`index.baselines.predicate_index.SortedEntries` per cluster
   size (number of predicates besides the access predicate), keyed by the access
   predicate's pid. The rows under one access pid in one table are one paper
   *cluster*; together the tables are the pid's *cluster list*. Each table stores its
@@ -48,15 +48,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from index.baselines.paper_predicates import Op, PaperPredicate
+from index.baselines.predicate_index import PredicateIndex
+from index.baselines.sorted_entries import SortedEntries
+from index.baselines.two_phase import TwoPhaseMatcher
 from index.events import FlatEvent
 from index.matcher import MatcherStats
-from index.predicate_index import (
-    Op,
-    PaperPredicate,
-    PredicateIndex,
-    SortedEntries,
-    TwoPhaseMatcher,
-)
 
 BIT_CELLS = 1 << 24
 """Most cells of the dense predicate bit vectors held at once (16 MiB of bool)."""

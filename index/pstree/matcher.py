@@ -1,7 +1,7 @@
 """What PSTBloom and PSTHash share: the forest, the conjunct store, batching and upkeep.
 
 Owns the life cycle of a PS-Tree matcher: a subscription's conjuncts go into the
-:class:`index.conjuncts.ConjunctStore` (which inserts their bounds into the PS-Trees),
+:class:`index.pstree.store.ConjunctStore` (which inserts their bounds into the PS-Trees),
 the subclass files them under access predicates, and splits and merges of spaces are
 handed to the subclass to keep its posting lists in step. Matching locates the whole
 batch once, then works in chunks of events small enough for a dense
@@ -17,13 +17,13 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from index.columns import group_by_event
-from index.conjuncts import ConjunctStore, InsertedConjuncts
+from index.core.columns import group_by_event
+from index.core.multimap import MultiMap
 from index.events import FlatEvent
 from index.language import Subscription
 from index.matcher import Matcher, MatcherStats
-from index.multimap import MultiMap
-from index.pstree import Forest, LocatedBatch, Split
+from index.pstree.forest import Forest, LocatedBatch, Split
+from index.pstree.store import ConjunctStore, InsertedConjuncts
 
 POSITION_CELLS = 1 << 22
 """Most cells of one chunk's dense position matrix (16 MiB of int32)."""

@@ -5,7 +5,7 @@ Owns one :class:`PBTree` per (attribute, kind). The paper's structure, columnar:
 
 * the *B+tree leaf list*: items keyed by predicate constant whose SidSet holds the
   subscriptions with ``attr = key``, ``attr <= key`` or ``attr >= key``: a
-  :class:`index.predicate_index.SortedEntries` of (constant, cid), i.e. the leaf
+  :class:`index.baselines.predicate_index.SortedEntries` of (constant, cid), i.e. the leaf
   items in key order with their SidSets flattened. Binary search on the sorted keys
   stands in for the descent from the root (the same O(log n)).
 * the *GreaterThan list* (``>`` and ``>=``, ascending key), the *LessThan list*
@@ -18,12 +18,12 @@ Search for a value x (the paper's fig. 8, for a whole batch of values at once): 
 leaf SidSet at x, the GreaterThan entries with key < x (the backward scan to the
 head), the LessThan entries with key > x (the forward scan to the tail), and the
 Inequality list as "every ``!=`` conjunct minus those listed under x" (an
-:class:`index.predicate_index.ExclusionList`; ``not in`` is one entry with several
+:class:`index.baselines.predicate_index.ExclusionList`; ``not in`` is one entry with several
 points). Each hit is an (event, cid) pair, with multiplicity: ``between`` is ``>=`` plus
 ``<=`` on one attribute and must count twice, which a set of sids would lose. Phase 2
-counts the hits per conjunct (:func:`index.predicate_index.count_complete`) and a
+counts the hits per conjunct (:func:`index.baselines.predicate_index.count_complete`) and a
 conjunct matches when its count equals its number of paper predicates. Operators the
-paper lacks map as in :func:`index.predicate_index.decompose` (``in`` = several ``=``
+paper lacks map as in :func:`index.baselines.predicate_index.decompose` (``in`` = several ``=``
 items of one conjunct, at most one of which can hit).
 
 Deletion (the paper: "the reverse procedure of insertion", details skipped): a removed
@@ -42,21 +42,19 @@ from collections import Counter
 
 import numpy as np
 
+from index.baselines.paper_predicates import Op, PaperPredicate
+from index.baselines.sorted_entries import (
+    ExclusionList,
+    Keys,
+    SortedEntries,
+    encode,
+    expected_entries,
+)
+from index.baselines.two_phase import TwoPhaseMatcher, count_complete
+from index.core.columns import group_pairs
 from index.events import FlatEvent
 from index.language import Kind, Value
 from index.matcher import MatcherStats
-from index.predicate_index import (
-    ExclusionList,
-    Keys,
-    Op,
-    PaperPredicate,
-    SortedEntries,
-    TwoPhaseMatcher,
-    count_complete,
-    encode,
-    expected_entries,
-    group_pairs,
-)
 
 
 class PBTree:

@@ -3,8 +3,8 @@ vector, event statistics and deletion."""
 
 from __future__ import annotations
 
-from index.predicate_index import Op
-from index.propagation import PropagationMatcher
+from index.baselines.paper_predicates import Op
+from index.baselines.propagation import PropagationMatcher
 
 
 def filed(m: PropagationMatcher, sub_id: object) -> tuple[int, object, list[object]]:

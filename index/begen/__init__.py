@@ -1,0 +1,36 @@
+"""BE-Gen, the workload generator of the BE-Tree and PS-Tree papers, apart from the matchers.
+
+It generates subscriptions and events for benchmarks and tests
+(:mod:`index.begen.generator`); no matcher imports it. Command line:
+``python -m index.begen --help``.
+"""
+
+from __future__ import annotations
+
+from index.begen.generator import (
+    BEGenParams,
+    MatchingProbability,
+    Workload,
+    add_params_arguments,
+    generate,
+    main,
+    measure_matching_probability,
+    params_from_args,
+    read_events,
+    read_subscriptions,
+    write_workload,
+)
+
+__all__ = [
+    "BEGenParams",
+    "MatchingProbability",
+    "Workload",
+    "add_params_arguments",
+    "generate",
+    "main",
+    "measure_matching_probability",
+    "params_from_args",
+    "read_events",
+    "read_subscriptions",
+    "write_workload",
+]
