@@ -91,9 +91,10 @@ def pct(values: list[float], q: float) -> float:
 def breakdown(reports: list[BatchReport]) -> dict[str, float]:
     busy = [r for r in reports if r.events]
     n = max(1, len(busy))
-    keys = ["total_s", "read_s", "state_s", "match_write_s", "worker_sync_s",
-            "worker_parse_s", "worker_match_s", "worker_encode_s"]  # fmt: skip
-    out = {k: sum(getattr(r, k) for r in busy) / n for k in keys}
+    out = {k: sum(getattr(r, k) for r in busy) / n
+           for k in ("total_s", "read_s", "state_s", "match_write_s")}  # fmt: skip
+    for k in ("sync_s", "parse_s", "match_s", "encode_s"):  # streaming.worker.TaskMetrics
+        out[f"worker_{k}"] = sum(getattr(r.workers, k) for r in busy) / n
     out["batches"] = len(busy)
     out["events_per_batch"] = sum(r.events for r in busy) / n
     return out

@@ -3,18 +3,21 @@
 This module owns every metric the service exports — names (``psmatch_`` prefix, ``_total``
 for counters, seconds and bytes as base units), help texts, labels and buckets — in
 one :class:`ServiceMetrics` (its own ``CollectorRegistry``), the HTTP endpoint the
-driver serves them on (:meth:`ServiceMetrics.serve`), and the closed set of reasons a
-record is rejected for (:func:`reject_reason`, the ``reason`` label).
+driver serves them on (:meth:`ServiceMetrics.serve`). The ``reason`` label of rejected
+records is the record's reject code, from the closed set
+:data:`streaming.records.REJECT_CODES`, so its cardinality is bounded whatever the
+records contain.
 
 Where the figures come from, all on the driver:
 
 * :meth:`ServiceMetrics.observe_batch` takes the job's per-batch
-  :class:`streaming.job.BatchReport`. Its executor-side figures (events matched, time
-  in the matcher, rejects per reason, how far each worker's cached index was behind
-  the batch's change-log version, index size) were added by each ``mapInArrow`` task
-  to a Spark accumulator, whose updates travel back with the task results: a task
-  whose worker process dies reports nothing, its retry reports once, so nothing is
-  kept in, or lost with, an executor or Python worker process.
+  :class:`streaming.job.BatchReport`. Its executor-side figures
+  (:class:`streaming.worker.TaskMetrics`: events matched, time in the matcher, rejects
+  per code, how far each worker's cached index was behind the batch's change-log
+  version, index size) were added by each ``mapInArrow`` task to a Spark accumulator,
+  whose updates travel back with the task results: a task whose worker process dies
+  reports nothing, its retry reports once, so nothing is kept in, or lost with, an
+  executor or Python worker process.
 * :meth:`ServiceMetrics.observe_progress` takes Spark's ``StreamingQueryProgress``
   (as its JSON dict): input and processing rate, offsets behind the latest per input
   topic.
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from index.errors import PsmatchError
+from streaming.records import REJECT_CODES
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -47,35 +50,6 @@ PHASES = (
     "read", "state", "match_write",  # driver: wall-clock seconds of the batch's steps
     "worker_sync", "worker_parse", "worker_match", "worker_encode",  # summed over tasks
 )  # fmt: skip
-
-# The ``reason`` label of rejected records: a closed set, so the label's cardinality is
-# bounded whatever the records contain. Classified from the reason texts of
-# streaming.records (tests/connectors/test_metrics.py produces each one).
-_REASON_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (code, re.compile(pattern))
-    for code, pattern in (
-        ("not_utf8", r"is not valid UTF-8"),
-        ("missing_key", r"needs its subscription id as the key"),
-        ("id_too_long", r"subscription id is longer than"),
-        ("null_value", r"needs a JSON object as its value, got null"),
-        ("not_json", r"is not valid JSON"),
-        ("not_object", r"must be a JSON object"),
-        ("missing_expr", r'needs "expr"'),
-        ("bad_subscriber", r'"subscriber" must be'),
-        ("invalid_expression", r"^invalid expression"),
-        ("invalid_event", r"^invalid event"),
-    )
-)
-REJECT_REASONS: tuple[str, ...] = (*(code for code, _ in _REASON_PATTERNS), "other")
-
-
-def reject_reason(message: str) -> str:
-    """The ``reason`` label for a rejection message of :mod:`streaming.records`."""
-    for code, pattern in _REASON_PATTERNS:
-        if pattern.search(message):
-            return code
-    return "other"
-
 
 class MetricsError(PsmatchError):
     """The metrics endpoint cannot be served (e.g. its port is taken)."""
@@ -136,7 +110,8 @@ class ServiceMetrics:
         )
         self.rejected = Counter(
             "psmatch_rejected_records",
-            "Records written to the rejected topic, by input topic and reason.",
+            "Records written to the rejected topic, by input topic and reason (the reject "
+            "code).",
             ["input", "reason"], registry=r,
         )  # fmt: skip
         self.changes_applied = Counter(
@@ -228,8 +203,8 @@ class ServiceMetrics:
         for name in INPUTS:
             self.input_records.labels(name)
             self.offsets_behind.labels(name)
-            for reason in REJECT_REASONS:
-                self.rejected.labels(name, reason)
+            for code in REJECT_CODES:
+                self.rejected.labels(name, code)
         for phase in PHASES:
             self.phase_seconds.labels(phase)
 
@@ -243,28 +218,29 @@ class ServiceMetrics:
         self.events_matched.inc(report.events - report.events_rejected)
         self.notifications.inc(report.notifications)
         self.changes_applied.inc(report.subscriptions_applied)
-        for input_name, reason, count in report.rejects:
-            self.rejected.labels(input_name, reason).inc(count)
+        for input_name, code, count in report.rejects:
+            self.rejected.labels(input_name, code).inc(count)
+        w = report.workers
         for phase, seconds in (
             ("read", report.read_s), ("state", report.state_s),
-            ("match_write", report.match_write_s), ("worker_sync", report.worker_sync_s),
-            ("worker_parse", report.worker_parse_s), ("worker_match", report.worker_match_s),
-            ("worker_encode", report.worker_encode_s),
+            ("match_write", report.match_write_s), ("worker_sync", w.sync_s),
+            ("worker_parse", w.parse_s), ("worker_match", w.match_s),
+            ("worker_encode", w.encode_s),
         ):  # fmt: skip
             self.phase_seconds.labels(phase).inc(max(0.0, seconds))
         self.batch_duration.observe(report.total_s)
         self.batch_rows.observe(report.subscription_records + report.events)
         self.subscriptions.set(report.live_subscriptions)
         self.state_version.set(report.version)
-        if report.tasks:
-            self.match_duration.observe(report.worker_match_s)
-            self.worker_tasks.inc(report.tasks)
-            self.worker_reloads.inc(report.worker_reloads)
-            self.worker_lag.set(report.worker_lag)
-            self.index_subscriptions.set(report.index_subscriptions)
-            self.index_predicates.set(report.index_predicates)
-            self.index_spaces.set(report.index_spaces)
-            self.index_bytes.set(report.index_bytes)
+        if w.tasks:
+            self.match_duration.observe(w.match_s)
+            self.worker_tasks.inc(w.tasks)
+            self.worker_reloads.inc(w.reloads)
+            self.worker_lag.set(w.lag)
+            self.index_subscriptions.set(w.index_subscriptions)
+            self.index_predicates.set(w.index_predicates)
+            self.index_spaces.set(w.index_spaces)
+            self.index_bytes.set(w.index_bytes)
         if report.subscription_records or report.events:
             self.last_batch_time.set_to_current_time()
 

@@ -170,28 +170,38 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 # -- subscribe / unsubscribe / publish -------------------------------------------------
 
 
-def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
-    from connectors.kafka import JsonProducer
-    from index.language import parse_subscription
+def _argv_bytes(text: str) -> bytes:
+    """A command-line argument as the bytes the user typed (undecodable ones included)."""
+    return text.encode("utf-8", errors="surrogateescape")
 
+
+def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
+    """Encode the subscription record and validate it with the service's own decoder
+    (inside the per-record barrier) before sending it."""
+    from connectors.kafka import JsonProducer
+    from streaming.records import (
+        RecordLimits,
+        json_type,
+        loads_bounded,
+        parse_subscription_record,
+        record_error,
+        subscription_value,
+    )
+
+    key = _argv_bytes(args.id)
     try:
-        parse_subscription(args.expr)
-    except ValueError as exc:
-        print(f"psmatch subscribe: invalid expression: {exc}", file=sys.stderr)
+        extra = loads_bounded(_argv_bytes(args.extra), "--extra") if args.extra else {}
+        if not isinstance(extra, dict):
+            print(f"psmatch subscribe: --extra must be a JSON object, not {json_type(extra)}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        value = subscription_value(args.expr, args.subscriber or args.id, extra)
+        parse_subscription_record(key, value, RecordLimits.from_config(cfg))
+    except Exception as exc:  # the per-record barrier: no I/O inside
+        print(f"psmatch subscribe: {record_error(exc)}", file=sys.stderr)
         return 2
-    value: dict[str, Any] = {}
-    if args.extra:
-        try:
-            value = json.loads(args.extra)
-        except ValueError as exc:
-            print(f"psmatch subscribe: --extra is not JSON: {exc}", file=sys.stderr)
-            return 2
-        if not isinstance(value, dict):
-            print("psmatch subscribe: --extra must be a JSON object", file=sys.stderr)
-            return 2
-    value.update(expr=args.expr, subscriber=args.subscriber or args.id)
     with JsonProducer(cfg.bootstrap_servers) as producer:
-        producer.send(cfg.subscriptions_topic, value, key=args.id)
+        producer.send(cfg.subscriptions_topic, value, key=key, raw=True)
     print(f"subscribed {args.id}: {args.expr}")
     return 0
 
@@ -217,7 +227,10 @@ def _event_lines(args: argparse.Namespace, stdin: TextIO) -> Iterator[str]:
 
 
 def cmd_publish(args: argparse.Namespace, cfg: ServiceConfig) -> int:
+    """Send each line that is JSON (decoded with the service's bounded decoder, inside the
+    per-record barrier); the service validates the rest and rejects what it refuses."""
     from connectors.kafka import JsonProducer
+    from streaming.records import loads_bounded, record_error
 
     sent = bad = 0
     with JsonProducer(cfg.bootstrap_servers) as producer:
@@ -225,16 +238,17 @@ def cmd_publish(args: argparse.Namespace, cfg: ServiceConfig) -> int:
             text = line.strip()
             if not text:
                 continue
-            try:
-                event = json.loads(text)
-            except ValueError as exc:
-                print(f"psmatch publish: event {n} is not JSON ({exc}); skipped", file=sys.stderr)
+            data = _argv_bytes(text)
+            try:  # the per-record barrier: no I/O inside
+                event = loads_bounded(data, f"event {n}")
+            except Exception as exc:
+                print(f"psmatch publish: {record_error(exc)}; skipped", file=sys.stderr)
                 bad += 1
                 continue
             key = None
             if args.id_attribute and isinstance(event, dict) and args.id_attribute in event:
                 key = str(event[args.id_attribute])
-            producer.send(cfg.events_topic, text, key=key, raw=True)
+            producer.send(cfg.events_topic, data, key=key, raw=True)
             sent += 1
     print(f"published {sent} events to {cfg.events_topic}" + (f" ({bad} skipped)" if bad else ""))
     return 2 if bad else 0
@@ -267,32 +281,48 @@ def cmd_tail(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 
 
 def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
+    """Replay the subscriptions topic into Redis; each record is decoded inside the
+    per-record barrier, so an invalid one is skipped (summarised in one log line), never
+    fatal."""
+    from collections import Counter
+
     from connectors.kafka import TopicReader
     from connectors.state import StateStore
-    from streaming.records import RecordError, parse_subscription_record
+    from streaming.records import RecordLimits, parse_subscription_record, record_error
+    from streaming.worker import MAX_SAMPLES, reject_sample
 
+    limits = RecordLimits.from_config(cfg)
     latest: dict[str, str | None] = {}
     offsets: dict[str, int] = {}
-    rejected = 0
+    codes: Counter[str] = Counter()
+    samples: list[str] = []
     with TopicReader(cfg.bootstrap_servers, cfg.subscriptions_topic) as reader:
         records = reader.read_to_end(timeout=args.timeout)
     for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
         source = f"{rec.topic}:{rec.partition}"
         offsets[source] = max(offsets.get(source, -1), rec.offset)
-        try:
-            change = parse_subscription_record(rec.key, rec.value)
-        except RecordError as exc:
-            log.warning("skipping %s/%d/%d: %s", rec.topic, rec.partition, rec.offset, exc)
-            rejected += 1
+        try:  # the per-record barrier: no I/O inside
+            change = parse_subscription_record(rec.key, rec.value, limits)
+        except Exception as exc:
+            error = record_error(exc)
+            codes[error.code] += 1
+            if len(samples) < MAX_SAMPLES:
+                samples.append(reject_sample(error, rec.topic, rec.partition, rec.offset))
             continue
-        latest[change.sub_id] = change.record
+        latest[change.sub_id] = change.stored
+    rejected = sum(codes.values())
+    by_code = ", ".join(f"{code} {n}" for code, n in sorted(codes.items()))
+    if rejected:
+        log.warning("skipped %d invalid subscription records (%s); e.g. %s", rejected, by_code,
+                    "; ".join(samples))  # fmt: skip
     live = {k: v for k, v in latest.items() if v is not None}
     store = StateStore.from_url(cfg.redis_url, cfg.redis_prefix, cfg.change_log_retention)
     version = store.rebuild(live, offsets)
     print(
-        f"rebuilt {cfg.redis_url} ({cfg.redis_prefix}) from {len(records)} records of "
-        f"{cfg.subscriptions_topic}: {len(live)} subscriptions, {rejected} invalid records "
-        f"skipped, version {version}"
+        f"rebuilt the subscription state (Redis key prefix {cfg.redis_prefix!r}) from "
+        f"{len(records)} records of {cfg.subscriptions_topic}: {len(live)} subscriptions, "
+        f"{rejected} invalid records skipped" + (f" ({by_code})" if rejected else "")
+        + f", version {version}"
     )
     return 0
 

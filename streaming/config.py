@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streaming import records
 from streaming.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -97,6 +98,24 @@ class ServiceConfig:
         default="127.0.0.1",
         metadata={"help": "address the metrics endpoint listens on (0.0.0.0 = every interface)"},
     )
+    max_event_bytes: int = field(
+        default=records.DEFAULT_MAX_EVENT_BYTES,
+        metadata={"help": "largest event value in bytes; larger ones are rejected (too_large)"},
+    )
+    max_subscription_bytes: int = field(
+        default=records.DEFAULT_MAX_SUBSCRIPTION_BYTES,
+        metadata={"help": "largest subscription record in bytes, as sent and as stored "
+                  "(too_large); with max_event_bytes it must leave a notification under 1 MB"},
+    )  # fmt: skip
+    max_event_attributes: int = field(
+        default=records.DEFAULT_MAX_EVENT_ATTRIBUTES,
+        metadata={"help": "most attributes in an event, once flattened (limit_exceeded)"},
+    )
+    max_string_length: int = field(
+        default=records.DEFAULT_MAX_STRING_LENGTH,
+        metadata={"help": "longest attribute name or string value in an event, in characters "
+                  "(limit_exceeded)"},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.trigger_seconds <= 0:

@@ -24,7 +24,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,32 +32,24 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from connectors.kafka import ensure_topics, service_topics
-from connectors.metrics import REJECT_REASONS, reject_reason
 from connectors.state import SourceChange, StateStore
 from index.errors import PsmatchError
 from streaming.config import ServiceConfig
-from streaming.records import RecordError, parse_subscription_record, rejected_value
+from streaming.records import (
+    RecordError,
+    RecordLimits,
+    parse_subscription_record,
+    record_error,
+    rejected_key,
+    rejected_value,
+)
 from streaming.worker import (
-    M_ENCODE_S,
-    M_EVENTS,
-    M_INDEX_BYTES,
-    M_INDEX_PREDICATES,
-    M_INDEX_SPACES,
-    M_INDEX_SUBS,
-    M_LAG,
-    M_MATCH_S,
-    M_MAX,
-    M_NOTIFICATIONS,
-    M_PARSE_S,
-    M_REASONS,
-    M_REJECTED,
-    M_RELOADS,
-    M_SYNC_S,
-    M_TASKS,
-    N_METRICS,
+    MAX_SAMPLES,
     OUTPUT_DDL,
+    TaskMetrics,
     WorkerSettings,
     match_batches,
+    reject_sample,
 )
 
 log = logging.getLogger("psmatch.job")
@@ -69,36 +61,47 @@ class ServiceError(PsmatchError):
 
 @dataclass(frozen=True, slots=True)
 class BatchReport:
-    """What one micro-batch did and where its time went (seconds)."""
+    """What one micro-batch did and where its time went (seconds): the driver's own
+    figures, and ``workers``, those its matching tasks reported."""
 
     batch_id: int
     version: int
     subscription_records: int
     subscriptions_applied: int
-    subscriptions_rejected: int
-    events: int
-    events_rejected: int
-    notifications: int
     read_s: float
     state_s: float
     match_write_s: float
     total_s: float
-    worker_sync_s: float
-    worker_parse_s: float
-    worker_match_s: float
-    worker_encode_s: float
-    # for the Prometheus metrics (connectors.metrics)
     live_subscriptions: int = 0
-    tasks: int = 0
-    worker_reloads: int = 0
-    worker_lag: int = 0
-    index_subscriptions: int = 0
-    index_predicates: int = 0
-    index_spaces: int = 0
-    index_bytes: int = 0
-    rejects: tuple[tuple[str, str, int], ...] = ()  # (input, reason, count)
+    workers: TaskMetrics = field(default_factory=TaskMetrics)
+    subscription_rejects: tuple[tuple[str, int], ...] = ()  # (code, count)
+    samples: tuple[str, ...] = ()  # a few rejects, for the log
+
+    @property
+    def subscriptions_rejected(self) -> int:
+        return sum(n for _, n in self.subscription_rejects)
+
+    @property
+    def events(self) -> int:
+        return self.workers.events
+
+    @property
+    def events_rejected(self) -> int:
+        return self.workers.rejected
+
+    @property
+    def notifications(self) -> int:
+        return self.workers.notifications
+
+    @property
+    def rejects(self) -> tuple[tuple[str, str, int], ...]:
+        """(input, code, count) of every reject of the batch."""
+        events = tuple(sorted(self.workers.rejects.items()))
+        return (*(("subscriptions", code, n) for code, n in self.subscription_rejects),
+                *(("events", code, n) for code, n in events))  # fmt: skip
 
     def line(self) -> str:
+        w = self.workers
         return (
             f"batch {self.batch_id}: {self.subscription_records} subscription records "
             f"({self.subscriptions_applied} applied, {self.subscriptions_rejected} rejected) "
@@ -106,9 +109,19 @@ class BatchReport:
             f"({self.events_rejected} rejected) -> {self.notifications} notifications "
             f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s, redis {self.state_s:.2f} s, "
             f"match+write {self.match_write_s:.2f} s; in workers: catch-up "
-            f"{self.worker_sync_s:.2f} s, parse {self.worker_parse_s:.2f} s, "
-            f"match {self.worker_match_s:.2f} s, encode {self.worker_encode_s:.2f} s]"
+            f"{w.sync_s:.2f} s, parse {w.parse_s:.2f} s, "
+            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s]"
         )
+
+    def rejects_line(self) -> str | None:
+        """The batch's rejects in one line (counts by input and code, a few samples), or
+        ``None`` when there were none; the rejected topic has every record in full."""
+        if not self.rejects:
+            return None
+        counts = ", ".join(f"{name} {code} {n}" for name, code, n in self.rejects)
+        return (f"batch {self.batch_id}: rejected {self.subscriptions_rejected} subscription "
+                f"records and {self.events_rejected} events ({counts}); e.g. "
+                + "; ".join(self.samples))  # fmt: skip
 
 
 def connector_jars(config: ServiceConfig) -> list[str]:
@@ -149,32 +162,21 @@ def build_spark(config: ServiceConfig, app_name: str = "psmatch", **extra: str) 
 
 
 class _MetricsParam(AccumulatorParam):  # type: ignore[type-arg]
-    """Accumulator of a fixed-length list of floats (summed element-wise; the M_MAX
-    entries, lag and index size, by maximum)."""
+    """Accumulator of the tasks' :class:`TaskMetrics`."""
 
-    def zero(self, value: list[float]) -> list[float]:
-        return [0.0] * len(value)
+    def zero(self, value: TaskMetrics) -> TaskMetrics:
+        return TaskMetrics()
 
-    def addInPlace(self, a: list[float], b: list[float]) -> list[float]:
-        for i, x in enumerate(b):
-            a[i] = max(a[i], x) if i in M_MAX else a[i] + x
-        return a
+    def addInPlace(self, a: TaskMetrics, b: TaskMetrics) -> TaskMetrics:
+        return a.merge(b)
 
 
-def _report_to(acc: Any, metrics: list[float]) -> None:
+def _report_to(acc: Any, metrics: TaskMetrics) -> None:
     acc.add(metrics)
 
 
 def _match_partition(settings: WorkerSettings, version: int, acc: Any, batches: Any) -> Any:
     return match_batches(settings, version, batches, partial(_report_to, acc))
-
-
-def _rejects(driver: Counter[str], worker: list[float]) -> tuple[tuple[str, str, int], ...]:
-    """(input, reason, count) of a batch: subscriptions rejected here, events in tasks."""
-    subs = [("subscriptions", reason, n) for reason, n in sorted(driver.items())]
-    events = [("events", reason, int(worker[M_REASONS + i]))
-              for i, reason in enumerate(REJECT_REASONS) if worker[M_REASONS + i]]  # fmt: skip
-    return (*subs, *events)
 
 
 class BatchProcessor:
@@ -188,6 +190,7 @@ class BatchProcessor:
     ) -> None:
         self.config = config
         self.spark = spark
+        self.limits = RecordLimits.from_config(config)
         self.store = StateStore.from_url(
             config.redis_url, config.redis_prefix, config.change_log_retention
         )
@@ -198,6 +201,7 @@ class BatchProcessor:
             matcher=config.matcher,
             notifications_topic=config.notifications_topic,
             rejected_topic=config.rejected_topic,
+            limits=self.limits,
         )
         self.on_report = on_report
         self._param = _MetricsParam()
@@ -219,44 +223,12 @@ class BatchProcessor:
             )
             t1 = time.perf_counter()
             sub_rows.sort(key=lambda r: (r["partition"], r["offset"]))
-            changes: list[SourceChange] = []
-            rejects: list[tuple[str, bytes | None, bytes]] = []
-            reasons: Counter[str] = Counter()
-            for row in sub_rows:
-                key = None if row["key"] is None else bytes(row["key"])
-                value = None if row["value"] is None else bytes(row["value"])
-                try:
-                    change = parse_subscription_record(key, value)
-                except RecordError as exc:
-                    log.warning(
-                        "rejected subscription record %s/%d/%d: %s",
-                        row["topic"], row["partition"], row["offset"], exc,
-                    )  # fmt: skip
-                    rejects.append(
-                        (
-                            cfg.rejected_topic,
-                            key,
-                            rejected_value(
-                                str(exc), row["topic"], row["partition"], row["offset"],
-                                key, value,
-                            ),
-                        )
-                    )  # fmt: skip
-                    reasons[reject_reason(str(exc))] += 1
-                    continue
-                changes.append(
-                    SourceChange(
-                        f"{row['topic']}:{row['partition']}",
-                        int(row["offset"]),
-                        change.sub_id,
-                        change.record,
-                    )
-                )
+            changes, rejects, codes, samples = self._validate(sub_rows)
             result = self.store.apply(changes)
             live = self.store.count()
             t2 = time.perf_counter()
 
-            acc = self.spark.sparkContext.accumulator([0.0] * N_METRICS, self._param)
+            acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
             events = batch.filter(F.col("topic") == cfg.events_topic)
             out = events.mapInArrow(
                 partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
@@ -272,38 +244,57 @@ class BatchProcessor:
             t3 = time.perf_counter()
         finally:
             batch.unpersist()
-        m = acc.value
+        workers: TaskMetrics = acc.value
         report = BatchReport(
             batch_id=batch_id,
             version=result.version,
             subscription_records=len(sub_rows),
             subscriptions_applied=result.applied,
-            subscriptions_rejected=len(rejects),
-            events=int(m[M_EVENTS]),
-            events_rejected=int(m[M_REJECTED]),
-            notifications=int(m[M_NOTIFICATIONS]),
             read_s=t1 - t0,
             state_s=t2 - t1,
             match_write_s=t3 - t2,
             total_s=t3 - t0,
-            worker_sync_s=m[M_SYNC_S],
-            worker_parse_s=m[M_PARSE_S],
-            worker_match_s=m[M_MATCH_S],
-            worker_encode_s=m[M_ENCODE_S],
             live_subscriptions=live,
-            tasks=int(m[M_TASKS]),
-            worker_reloads=int(m[M_RELOADS]),
-            worker_lag=int(m[M_LAG]),
-            index_subscriptions=int(m[M_INDEX_SUBS]),
-            index_predicates=int(m[M_INDEX_PREDICATES]),
-            index_spaces=int(m[M_INDEX_SPACES]),
-            index_bytes=int(m[M_INDEX_BYTES]),
-            rejects=_rejects(reasons, m),
+            workers=workers,
+            subscription_rejects=tuple(sorted(codes.items())),
+            samples=(*samples, *workers.samples)[:MAX_SAMPLES],
         )
         if report.subscription_records or report.events:
             log.info(report.line())
+        rejects_line = report.rejects_line()
+        if rejects_line is not None:
+            log.warning(rejects_line)
         if self.on_report is not None:
             self.on_report(report)
+
+    def _validate(
+        self, rows: list[Any]
+    ) -> tuple[list[SourceChange], list[tuple[str, bytes | None, bytes]], Counter[str], list[str]]:
+        """The subscription records of a batch, each decoded and validated inside the
+        per-record barrier: the changes to apply, the rejected records to write, rejects
+        by code, and a few samples for the log. Pure: Redis is written afterwards."""
+        changes: list[SourceChange] = []
+        rejects: list[tuple[str, bytes | None, bytes]] = []
+        codes: Counter[str] = Counter()
+        samples: list[str] = []
+        for row in rows:
+            key = None if row["key"] is None else bytes(row["key"])
+            value = None if row["value"] is None else bytes(row["value"])
+            topic, partition, offset = row["topic"], int(row["partition"]), int(row["offset"])
+            try:  # the per-record barrier
+                change = parse_subscription_record(key, value, self.limits)
+            except Exception as exc:
+                error: RecordError = record_error(exc)
+                rejects.append((self.config.rejected_topic, rejected_key(key),
+                                rejected_value(error, topic, partition, offset, key, value)))
+                codes[error.code] += 1
+                if len(samples) < MAX_SAMPLES:
+                    samples.append(reject_sample(error, topic, partition, offset))
+                continue
+            changes.append(
+                SourceChange(f"{topic}:{partition}", offset, change.sub_id, change.stored)
+            )
+        return changes, rejects, codes, samples
 
 
 def prepare(config: ServiceConfig) -> None:

@@ -1,99 +1,382 @@
-"""The record formats of the four topics: parsing input, encoding output (pure logic).
+"""The record formats of the service's topics and of its Redis state: one owner, one
+encoder and one decoder for each (pure logic, no I/O).
 
 * ``psmatch.subscriptions`` — key = subscription id; value = JSON object
   ``{"expr": "<expression>", "subscriber": "<who>", ...}``; other fields are kept and
   echoed in notifications under ``"extra"``; a null value (tombstone) deletes.
+  Encoder :func:`subscription_value`, decoder :func:`parse_subscription_record`.
+* the stored subscription (a Redis hash value and change-log entry, see
+  :mod:`connectors.state`) — canonical JSON ``{"expr", "extra", "subscriber"}``.
+  Encoder :func:`dumps_record`, decoder :func:`load_stored`.
 * ``psmatch.events`` — value = JSON object of attributes; key = event id, else the id is
-  ``<topic>/<partition>/<offset>``.
+  ``<topic>/<partition>/<offset>``. Decoder :func:`parse_event` (events are the
+  producers' own JSON; the service never re-encodes them).
 * ``psmatch.notifications`` — key = subscription id; value = JSON
-  ``{"subscription_id", "subscriber", "event_id", "event", "matched_at",
-  "event_timestamp", "extra"}``.
-* ``psmatch.rejected`` — key = the original key; value = JSON ``{"reason", "topic",
-  "partition", "offset", "key", "value", "rejected_at"}``.
+  ``{"subscription_id", "subscriber", "extra", "event_id", "event", "matched_at",
+  "event_timestamp"}``. Encoder :func:`notification_head` (per subscription, computed
+  once) + :func:`notification_tail` (per event); decoder :func:`parse_notification`.
+* ``psmatch.rejected`` — key = the original key (at most its first
+  :data:`REJECT_PREFIX_BYTES`); value = JSON ``{"code", "reason", "topic", "partition",
+  "offset", "key", "key_encoding", "key_size", "key_sha256", "value", ...,
+  "truncated", "rejected_at"}``. Encoder :func:`rejected_value`, decoder
+  :func:`parse_rejected`. It always fits the Kafka sink, whatever was rejected.
 
-Every rejection raises :class:`RecordError` (an ``index.errors.PsmatchError`` and a
-``ValueError``) whose message is the reason written to the rejected topic.
+Every rejection is a :class:`RecordError` carrying a stable ``code`` from
+:data:`REJECT_CODES` beside its message. Decoding is bounded before anything recurses:
+JSON nesting is checked on the raw bytes (:data:`MAX_NESTING`), sizes and counts against
+:class:`RecordLimits`, and strings must be valid Unicode (no lone surrogate escapes), so
+that no record, however built, raises anything but :class:`RecordError`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from connectors.state import dumps_record
-from index.errors import PsmatchError
-from index.events import flatten_event
-from index.language import parse_subscription
+import numpy as np
+
+from index.errors import ExpressionLimitError, PsmatchError
+from index.events import MAX_DEPTH, FlatEvent, flatten_event
+from index.language import Subscription, parse_subscription
+from streaming.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streaming.config import ServiceConfig
+
+RejectCode = Literal[
+    "invalid_unicode",
+    "invalid_json",
+    "too_deep",
+    "too_large",
+    "invalid_record",
+    "invalid_expression",
+    "invalid_event",
+    "limit_exceeded",
+    "internal_error",
+]
+REJECT_CODES: tuple[RejectCode, ...] = get_args(RejectCode)
+"""The closed set of reject codes (the ``code`` field and the metrics' ``reason`` label)."""
 
 MAX_ID_LENGTH = 1024
+"""Longest subscription id, in characters."""
+MAX_NESTING = MAX_DEPTH + 1
+"""Deepest nesting of JSON arrays and objects in a record value, counting the outer
+object: the event limit of :mod:`index.events` (objects nested 32 levels inside an event)
+applied to the raw text of events and subscription records alike."""
+
+DEFAULT_MAX_EVENT_BYTES = 768 * 1024
+DEFAULT_MAX_SUBSCRIPTION_BYTES = 128 * 1024
+DEFAULT_MAX_EVENT_ATTRIBUTES = 1000
+DEFAULT_MAX_STRING_LENGTH = 65_536
+
+SINK_RECORD_LIMIT = 1_000_000
+"""Bytes a record written to Kafka must stay under (the broker's and the producer's
+default limit is 1 MiB; the rest is left for Kafka's own record overhead)."""
+NOTIFICATION_OVERHEAD = 20_000
+"""Bytes of a notification besides its stored subscription and its event: field names,
+timestamps, and the two ids (at most :data:`MAX_ID_LENGTH` characters each, up to six
+bytes apiece once escaped as JSON) and the Kafka key."""
+REJECT_PREFIX_BYTES = 64 * 1024
+"""Most bytes of the original key, and of the original value, a rejected record embeds."""
+MAX_REASON_CHARS = 1000
+"""Longest reason message in a rejected record (messages may quote the record)."""
 
 
 class RecordError(PsmatchError, ValueError):
-    """A Kafka record the service cannot use; the message is the reason for rejecting it."""
+    """A Kafka record the service cannot use: ``code`` (one of :data:`REJECT_CODES`) and
+    the message, the reason written to the rejected topic."""
+
+    def __init__(self, code: RejectCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled from Spark workers
+        return (RecordError, (self.code, str(self)))
+
+
+def record_error(exc: Exception) -> RecordError:
+    """The reject for any exception raised while decoding, validating or applying ONE
+    record: itself if it is a :class:`RecordError`, else ``internal_error`` naming the
+    exception type. Callers wrap only per-record work in this barrier, never a Redis or
+    Kafka call, so an infrastructure fault is never turned into a reject."""
+    if isinstance(exc, RecordError):
+        return exc
+    return RecordError("internal_error", f"{type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLimits:
+    """Resource bounds on input records (``ServiceConfig`` carries the settings).
+
+    The two byte limits bound every notification (the stored subscription + the event +
+    :data:`NOTIFICATION_OVERHEAD`), which must stay under :data:`SINK_RECORD_LIMIT`.
+    """
+
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_subscription_bytes: int = DEFAULT_MAX_SUBSCRIPTION_BYTES
+    max_event_attributes: int = DEFAULT_MAX_EVENT_ATTRIBUTES
+    max_string_length: int = DEFAULT_MAX_STRING_LENGTH
+
+    @classmethod
+    def from_config(cls, config: ServiceConfig) -> RecordLimits:
+        return cls(config.max_event_bytes, config.max_subscription_bytes,
+                   config.max_event_attributes, config.max_string_length)  # fmt: skip
+
+    def __post_init__(self) -> None:
+        for name in ("max_event_bytes", "max_subscription_bytes", "max_event_attributes",
+                     "max_string_length"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        total = self.max_event_bytes + self.max_subscription_bytes + NOTIFICATION_OVERHEAD
+        if total > SINK_RECORD_LIMIT:
+            raise ConfigError(
+                f"max_event_bytes + max_subscription_bytes must leave room for a notification "
+                f"under Kafka's 1 MB record limit: {self.max_event_bytes} + "
+                f"{self.max_subscription_bytes} is too much"
+            )
+
+
+DEFAULT_LIMITS = RecordLimits()
+
+
+# -- bounded JSON decoding ----------------------------------------------------------------
+
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number",
+               bool: "boolean", type(None): "null"}  # fmt: skip
+
+
+def json_type(value: Any) -> str:
+    """JSON's name for the type of a decoded value (``null``, ``array``, ...)."""
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+_DELTA = np.zeros(256, np.int8)
+_DELTA[[ord("{"), ord("[")]] = 1
+_DELTA[[ord("}"), ord("]")]] = -1
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+
+
+def nesting_depth(data: bytes) -> int:
+    """How deeply arrays and objects nest in the JSON text ``data`` (0 for a scalar).
+
+    Exact for valid JSON and for the valid prefix of invalid JSON (where a parser stops),
+    which is all that matters before ``json.loads`` recurses. Cost: a few numpy passes
+    over the bytes, no Python loop (:func:`loads_bounded` calls it only for texts with
+    more than :data:`MAX_NESTING` opening brackets).
+    """
+    b = np.frombuffer(data, np.uint8)
+    if b.size == 0:
+        return 0
+    # A quote is escaped when an odd run of backslashes precedes it (outside strings a
+    # valid JSON text has no backslash); each unescaped quote opens or closes a string.
+    idx = np.arange(b.size)
+    last_other = np.maximum.accumulate(np.where(b != _BACKSLASH, idx, -1))
+    run_before = np.empty(b.size, np.int64)
+    run_before[0] = 0
+    run_before[1:] = idx[:-1] - last_other[:-1]
+    quote = (b == _QUOTE) & (run_before % 2 == 0)
+    outside = np.cumsum(quote) % 2 == 0  # brackets between an odd and an even quote are text
+    depth = np.cumsum(np.where(outside, _DELTA[b], 0), dtype=np.int64)
+    return int(depth.max())
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {literal[:40]} is out of range")
+    return value
+
+
+def _bad_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+# built once: json.loads(text, **hooks) would build a decoder per call (a third of the cost)
+_DECODER = json.JSONDecoder(parse_constant=_bad_constant, parse_float=_finite_float)
+
+
+def _text(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(
+            "invalid_unicode", f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+        ) from None
+
+
+def loads_bounded(data: bytes, what: str = "the value") -> Any:
+    """Decode the JSON bytes ``data``; :class:`RecordError` for anything unusable.
+
+    In order: UTF-8 (``invalid_unicode``), nesting on the raw bytes (``too_deep``, before
+    ``json.loads`` recurses), syntax, NaN/Infinity and out-of-range numbers
+    (``invalid_json``), lone surrogate escapes such as ``"\\udc00"``
+    (``invalid_unicode``: such a string cannot be stored or re-encoded as UTF-8).
+    """
+    text = _text(data, what)
+    # two C-speed counts settle it for any ordinary record: depth <= opening brackets
+    if (data.count(b"{") + data.count(b"[") > MAX_NESTING
+            and (depth := nesting_depth(data)) > MAX_NESTING):  # fmt: skip
+        raise RecordError(
+            "too_deep", f"{what} nests arrays and objects {depth} levels deep; the limit is "
+            f"{MAX_NESTING}",
+        )  # fmt: skip
+    try:
+        obj = _DECODER.decode(text)
+    except ValueError as exc:  # json.JSONDecodeError, and int/float conversion limits
+        raise RecordError("invalid_json", f"{what} is not valid JSON: {exc}") from None
+    if _SURROGATE_ESCAPE.search(data):  # rare: only then look for an unpaired one
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RecordError(
+                "invalid_unicode",
+                f"{what} holds a lone surrogate escape \\u{ord(exc.object[exc.start]):04x} "
+                "(JSON strings must be valid Unicode)",
+            ) from None
+    return obj
+
+
+# -- subscriptions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRecord:
+    """A valid subscription: its fields and its parsed expression."""
+
+    expr: str
+    subscriber: str
+    extra: Mapping[str, Any]
+    subscription: Subscription
+
+    def stored(self) -> str:
+        """The canonical JSON text the subscription is stored as in Redis."""
+        return dumps_record(self.expr, self.subscriber, self.extra)
+
+
+def dumps_record(expr: str, subscriber: str, extra: Mapping[str, Any]) -> str:
+    """The canonical JSON text a subscription is stored as (decoder :func:`load_stored`)."""
+    return json.dumps(
+        {"expr": expr, "subscriber": subscriber, "extra": dict(extra)},
+        separators=(",", ":"), sort_keys=True, ensure_ascii=False,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionChange:
-    """A valid subscription record (``record`` = canonical JSON) or a delete (``None``)."""
+    """A valid record of the subscriptions topic: a put (``record``, and ``stored``, its
+    text for Redis) or a delete (both ``None``)."""
 
     sub_id: str
-    record: str | None
+    record: SubscriptionRecord | None = None
+    stored: str | None = None
 
 
-def _decode(data: bytes | None, what: str) -> str | None:
-    if data is None:
-        return None
+def subscription_value(expr: str, subscriber: str, extra: Mapping[str, Any]) -> bytes:
+    """The value of a subscriptions-topic record (what ``psmatch subscribe`` sends)."""
+    return json.dumps(
+        {**extra, "expr": expr, "subscriber": subscriber},
+        separators=(",", ":"), ensure_ascii=False,
+    ).encode("utf-8", errors="surrogatepass")  # a lone surrogate is the decoder's to refuse
+
+
+def _parse_expression(expr: str) -> Subscription:
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{what} is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        return parse_subscription(expr)
+    except ExpressionLimitError as exc:
+        raise RecordError("limit_exceeded", f"expression too large: {exc}") from None
+    except ValueError as exc:  # index.errors.ExpressionError and its subclasses
+        raise RecordError("invalid_expression", f"invalid expression: {exc}") from None
 
 
-def _loads_finite(text: str) -> Any:
-    def bad_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not valid JSON")
-
-    return json.loads(text, parse_constant=bad_constant)
-
-
-def parse_subscription_record(key: bytes | None, value: bytes | None) -> SubscriptionChange:
-    """Validate a record of the subscriptions topic."""
-    sub_id = _decode(key, "the key")
-    if sub_id is None or sub_id.strip() == "":
-        raise RecordError("a subscription record needs its subscription id as the key")
-    if len(sub_id) > MAX_ID_LENGTH:
-        raise RecordError(f"the subscription id is longer than {MAX_ID_LENGTH} characters")
-    text = _decode(value, "the value")
-    if text is None:
-        return SubscriptionChange(sub_id, None)
-    try:
-        obj = _loads_finite(text)
-    except ValueError as exc:
-        raise RecordError(f"the value is not valid JSON: {exc}") from None
+def _subscription(obj: Any, default_subscriber: str) -> SubscriptionRecord:
     if not isinstance(obj, dict):
         raise RecordError(
+            "invalid_record",
             f'the value must be a JSON object {{"expr": ..., "subscriber": ...}}, '
-            f"not {type(obj).__name__}"
+            f"not {json_type(obj)}",
         )
     expr = obj.get("expr")
     if not isinstance(expr, str) or not expr.strip():
-        raise RecordError('the value needs "expr", the subscription expression as a string')
-    subscriber = obj.get("subscriber", sub_id)
+        got = "missing" if "expr" not in obj else f"a {json_type(expr)}"
+        raise RecordError(
+            "invalid_record",
+            f'the value needs "expr", the subscription expression as a non-empty string '
+            f"({got})",
+        )
+    subscriber = obj.get("subscriber", default_subscriber)
     if not isinstance(subscriber, str) or not subscriber:
-        raise RecordError('"subscriber" must be a non-empty string')
-    try:
-        parse_subscription(expr)
-    except ValueError as exc:  # index.errors.ExpressionError and its subclasses
-        raise RecordError(f"invalid expression: {exc}") from None
+        got = "an empty string" if subscriber == "" else f"a {json_type(subscriber)}"
+        raise RecordError("invalid_record", f'"subscriber" must be a non-empty string, not {got}')
     extra = {k: v for k, v in obj.items() if k not in ("expr", "subscriber")}
-    return SubscriptionChange(sub_id, dumps_record(expr, subscriber, extra))
+    return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))
+
+
+def parse_subscription_record(
+    key: bytes | None, value: bytes | None, limits: RecordLimits = DEFAULT_LIMITS
+) -> SubscriptionChange:
+    """Validate a record of the subscriptions topic; :class:`RecordError` if unusable.
+
+    Cost: O(record size), plus parsing the expression.
+    """
+    sub_id = None if key is None else _text(key, "the key")
+    if sub_id is None or sub_id.strip() == "":
+        raise RecordError(
+            "invalid_record", "a subscription record needs its subscription id as the key"
+        )
+    if len(sub_id) > MAX_ID_LENGTH:
+        raise RecordError(
+            "limit_exceeded", f"the subscription id is longer than {MAX_ID_LENGTH} characters"
+        )
+    if value is None:
+        return SubscriptionChange(sub_id)
+    limit = limits.max_subscription_bytes
+    if len(value) > limit:
+        raise RecordError("too_large", f"the value is {len(value)} bytes; a subscription "
+                          f"record may have at most {limit}")  # fmt: skip
+    record = _subscription(loads_bounded(value), sub_id)
+    stored = record.stored()
+    # re-encoding can grow a value (1e15 -> 1000000000000000.0); notifications carry it
+    size = len(stored.encode("utf-8"))
+    if size > limit:
+        raise RecordError("too_large", f"the subscription takes {size} bytes once stored; "
+                          f"the limit is {limit}")  # fmt: skip
+    return SubscriptionChange(sub_id, record, stored)
+
+
+def load_stored(text: str) -> SubscriptionRecord:
+    """Decode a stored subscription (:attr:`SubscriptionChange.stored`), parsing its
+    expression once, for the matcher."""
+    obj = loads_bounded(text.encode("utf-8"), "the stored subscription")
+    try:
+        expr, subscriber, extra = obj["expr"], obj["subscriber"], obj["extra"]
+    except (TypeError, KeyError):
+        raise RecordError(
+            "invalid_record", 'a stored subscription is a JSON object {"expr", "extra", '
+            '"subscriber"}',
+        ) from None  # fmt: skip
+    return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))
+
+
+# -- events -------------------------------------------------------------------------------
 
 
 def event_id(key: bytes | None, topic: str, partition: int, offset: int) -> str:
+    """The id of an event: its key (hex if it is not UTF-8), else its Kafka position.
+    :class:`RecordError` for a key longer than :data:`MAX_ID_LENGTH` bytes (notifications
+    carry it)."""
     if key:
+        if len(key) > MAX_ID_LENGTH:
+            raise RecordError("limit_exceeded",
+                              f"the event key is longer than {MAX_ID_LENGTH} bytes")  # fmt: skip
         try:
             return key.decode("utf-8")
         except UnicodeDecodeError:
@@ -101,71 +384,183 @@ def event_id(key: bytes | None, topic: str, partition: int, offset: int) -> str:
     return f"{topic}/{partition}/{offset}"
 
 
-def parse_event(value: bytes | None) -> dict[str, Any]:
-    """Validate an event record's value: a JSON object the matcher accepts."""
-    text = _decode(value, "the value")
-    if text is None:
-        raise RecordError("an event record needs a JSON object as its value, got null")
-    try:
-        obj = _loads_finite(text)
-    except ValueError as exc:
-        raise RecordError(f"the value is not valid JSON: {exc}") from None
+def parse_event(value: bytes | None, limits: RecordLimits = DEFAULT_LIMITS) -> FlatEvent:
+    """Validate an event record's value; returns the flattened event the matcher takes
+    (:meth:`index.Matcher.match_flat_batch`), so no event is flattened twice.
+
+    Cost: O(value size); the string-length check loops over the attributes only when
+    the value is longer than ``limits.max_string_length``.
+    """
+    if value is None:
+        raise RecordError("invalid_record", "an event record needs a JSON object as its value, "
+                          "got null")  # fmt: skip
+    if len(value) > limits.max_event_bytes:
+        raise RecordError(
+            "too_large", f"the value is {len(value)} bytes; an event may have at most "
+            f"{limits.max_event_bytes}",
+        )  # fmt: skip
+    obj = loads_bounded(value)
     if not isinstance(obj, dict):
-        raise RecordError(f"an event must be a JSON object, not {type(obj).__name__}")
+        raise RecordError("invalid_record", f"an event must be a JSON object, not {json_type(obj)}")
     try:
-        flatten_event(obj)
+        flat = flatten_event(obj)
     except ValueError as exc:  # index.errors.EventError
-        raise RecordError(f"invalid event: {exc}") from None
-    return obj
+        raise RecordError("invalid_event", f"invalid event: {exc}") from None
+    if len(flat) > limits.max_event_attributes:
+        raise RecordError(
+            "limit_exceeded", f"the event has {len(flat)} attributes; the limit is "
+            f"{limits.max_event_attributes}",
+        )  # fmt: skip
+    longest = limits.max_string_length
+    if len(value) > longest:
+        for name, v in flat.items():
+            if len(name) > longest or (isinstance(v, str) and len(v) > longest):
+                raise RecordError(
+                    "limit_exceeded",
+                    f"attribute {name[:80]!r}: a name or string longer than {longest} characters",
+                )
+    return flat
+
+
+# -- notifications ------------------------------------------------------------------------
 
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
-def notification_value(
-    sub_id: str,
-    record: Mapping[str, Any],
-    ev_id: str,
-    event: Mapping[str, Any],
-    matched_at: str,
-    event_timestamp_ms: int | None,
+def notification_head(sub_id: str, record: SubscriptionRecord) -> bytes:
+    """The subscription's part of its notifications, computed once per subscription:
+    ``{"subscription_id":...,"subscriber":...,"extra":...,`` (completed by
+    :func:`notification_tail`)."""
+    return (
+        f'{{"subscription_id":{_dumps(sub_id)},"subscriber":{_dumps(record.subscriber)},'
+        f'"extra":{_dumps(dict(record.extra))},'
+    ).encode()
+
+
+def notification_tail(
+    ev_id: str, event_json: bytes, matched_at: str, event_timestamp_ms: int | None
 ) -> bytes:
-    """The JSON value of one notification; ``record`` is the stored subscription."""
-    return _dumps(
-        {
-            "subscription_id": sub_id,
-            "subscriber": record["subscriber"],
-            "event_id": ev_id,
-            "event": event,
-            "matched_at": matched_at,
-            "event_timestamp": event_timestamp_ms,
-            "extra": record.get("extra", {}),
-        }
+    """The event's part of a notification: ``"event_id":...,"event":...}``. The event is
+    embedded as the producer sent it (``event_json``, validated by :func:`parse_event`)."""
+    return b'"event_id":%s,"event":%s,"matched_at":"%s","event_timestamp":%s}' % (
+        _dumps(ev_id).encode(),
+        event_json.strip(),
+        matched_at.encode(),
+        b"null" if event_timestamp_ms is None else b"%d" % event_timestamp_ms,
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Notification:
+    subscription_id: str
+    subscriber: str
+    extra: dict[str, Any]
+    event_id: str
+    event: dict[str, Any]
+    matched_at: str
+    event_timestamp: int | None
+
+
+def parse_notification(value: bytes) -> Notification:
+    """Decode a notification (``notification_head(...) + notification_tail(...)``)."""
+    return Notification(**json.loads(value))
+
+
+# -- rejected records ---------------------------------------------------------------------
+
+
+def _embed(data: bytes | None) -> tuple[str | None, str | None, int | None, str | None, bool]:
+    """(text, encoding, size, sha256, truncated) of an original key or value."""
+    if data is None:
+        return None, None, None, None, False
+    prefix = data[:REJECT_PREFIX_BYTES]
+    truncated = len(prefix) < len(data)
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        return prefix.decode("utf-8"), "utf-8", len(data), digest, truncated
+    except UnicodeDecodeError as exc:
+        # a valid text cut inside a character still goes as text (up to that character)
+        if truncated and exc.reason == "unexpected end of data":
+            text = prefix[: exc.start].decode("utf-8", errors="strict")
+            return text, "utf-8", len(data), digest, truncated
+        return base64.b64encode(prefix).decode(), "base64", len(data), digest, truncated
+
+
 def rejected_value(
-    reason: str,
+    error: RecordError,
     topic: str,
     partition: int,
     offset: int,
     key: bytes | None,
     value: bytes | None,
 ) -> bytes:
-    """The JSON value of a rejected record, carrying the original key and value as text."""
+    """The JSON value of a rejected record.
+
+    Fits the sink whatever the original: at most :data:`REJECT_PREFIX_BYTES` of the key
+    and of the value (text when they are UTF-8, else base64; JSON escaping can grow a
+    text six-fold), their sizes and sha256, and a reason cut to
+    :data:`MAX_REASON_CHARS`: under 800 KB in all.
+    """
+    k_text, k_enc, k_size, k_sha, k_cut = _embed(key)
+    v_text, v_enc, v_size, v_sha, v_cut = _embed(value)
+    reason = str(error)
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "\u2026"
     return _dumps(
         {
-            "reason": reason,
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "key": None if key is None else key.decode("utf-8", errors="replace"),
-            "value": None if value is None else value.decode("utf-8", errors="replace"),
-            "rejected_at": now_iso(),
+            "code": error.code, "reason": reason,
+            "topic": topic, "partition": partition, "offset": offset,
+            "key": k_text, "key_encoding": k_enc, "key_size": k_size, "key_sha256": k_sha,
+            "value": v_text, "value_encoding": v_enc, "value_size": v_size, "value_sha256": v_sha,
+            "truncated": k_cut or v_cut, "rejected_at": now_iso(),
         }
-    )
+    ).encode("utf-8")  # fmt: skip
+
+
+def rejected_key(key: bytes | None) -> bytes | None:
+    """The Kafka key of a rejected record: the original key, cut to the embedded prefix."""
+    return None if key is None else key[:REJECT_PREFIX_BYTES]
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRecord:
+    """A decoded rejected record; ``key``/``value`` are the embedded prefixes as bytes
+    (the whole original when ``truncated`` is false)."""
+
+    code: RejectCode
+    reason: str
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    key_size: int | None
+    key_sha256: str | None
+    value: bytes | None
+    value_size: int | None
+    value_sha256: str | None
+    truncated: bool
+    rejected_at: str
+
+
+def _unembed(text: str | None, encoding: str | None) -> bytes | None:
+    if text is None:
+        return None
+    return base64.b64decode(text) if encoding == "base64" else text.encode("utf-8")
+
+
+def parse_rejected(value: bytes) -> RejectedRecord:
+    """Decode a rejected record (:func:`rejected_value`)."""
+    r = json.loads(value)
+    return RejectedRecord(
+        code=r["code"], reason=r["reason"], topic=r["topic"], partition=r["partition"],
+        offset=r["offset"], key=_unembed(r["key"], r["key_encoding"]), key_size=r["key_size"],
+        key_sha256=r["key_sha256"], value=_unembed(r["value"], r["value_encoding"]),
+        value_size=r["value_size"], value_sha256=r["value_sha256"], truncated=r["truncated"],
+        rejected_at=r["rejected_at"],
+    )  # fmt: skip

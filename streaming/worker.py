@@ -7,42 +7,102 @@ subscription version of the batch; :func:`sync_index` brings the cached matcher 
 exactly that version by replaying the change log from Redis, or reloads every
 subscription from Redis when the log no longer reaches back far enough (first use,
 retention exceeded, state rebuilt). :func:`match_batches` is the ``mapInArrow``
-function: it validates each event on its own (bad ones become rejected records),
-matches the valid ones with ``match_batch`` and emits notification records, all as
-Arrow batches of ``(topic, key, value)`` for Spark's Kafka sink.
+function: it decodes and validates each event on its own inside a per-record barrier
+(whatever one event raises makes it a rejected record, the others go on), matches the
+valid, already flattened events with ``match_flat_batch`` and emits notification
+records (encoded by :mod:`streaming.records`), all as Arrow batches of
+``(topic, key, value)`` for Spark's Kafka sink. Each task reports a
+:class:`TaskMetrics` to the driver. Redis is the only I/O here, in
+:func:`sync_index`, outside every barrier: its faults fail the task, never a record.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
-from connectors.metrics import REJECT_REASONS, reject_reason
 from connectors.state import ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
-from streaming.records import RecordError, event_id, now_iso, parse_event, rejected_value
+from index.events import FlatEvent
+from streaming.records import (
+    RecordError,
+    RecordLimits,
+    event_id,
+    load_stored,
+    notification_head,
+    notification_tail,
+    now_iso,
+    parse_event,
+    record_error,
+    rejected_key,
+    rejected_value,
+)
 
 log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary())])
 OUTPUT_DDL = "topic STRING, key BINARY, value BINARY"
 
-# Indices into the metrics list a task reports (see streaming.job.BatchMetrics).
-M_EVENTS, M_REJECTED, M_NOTIFICATIONS, M_SYNC_S, M_PARSE_S, M_MATCH_S, M_ENCODE_S = range(7)
-# For connectors.metrics: tasks and index reloads (summed), then the worker's lag behind
-# the batch's version and its index size (merged by maximum), then rejects per reason.
-M_TASKS, M_RELOADS, M_LAG = 7, 8, 9
-M_INDEX_SUBS, M_INDEX_PREDICATES, M_INDEX_SPACES, M_INDEX_BYTES = 10, 11, 12, 13
-M_MAX = frozenset(range(M_LAG, M_INDEX_BYTES + 1))
-M_REASONS = 14  # M_REASONS + i counts REJECT_REASONS[i]
-N_METRICS = M_REASONS + len(REJECT_REASONS)
+MAX_SAMPLES = 3
+"""Rejects described (position, code, reason) per batch in the log; the rest are counted."""
+SAMPLE_CHARS = 200
+"""Longest reason quoted in a sample."""
+
+
+@dataclass(slots=True)
+class TaskMetrics:
+    """What matching tasks report to the driver (a Spark accumulator merges them with
+    :meth:`merge`): counts and seconds are summed; ``lag`` and the index figures, the
+    same for every task of a batch up to timing, by maximum."""
+
+    tasks: int = 0
+    events: int = 0
+    rejected: int = 0
+    notifications: int = 0
+    sync_s: float = 0.0
+    parse_s: float = 0.0
+    match_s: float = 0.0
+    encode_s: float = 0.0
+    reloads: int = 0
+    lag: int = 0
+    index_subscriptions: int = 0
+    index_predicates: int = 0
+    index_spaces: int = 0
+    index_bytes: int = 0
+    rejects: dict[str, int] = field(default_factory=dict)  # by reject code
+    samples: list[str] = field(default_factory=list)  # at most MAX_SAMPLES
+
+    def reject(self, error: RecordError, topic: str, partition: int, offset: int) -> None:
+        self.rejected += 1
+        self.rejects[error.code] = self.rejects.get(error.code, 0) + 1
+        if len(self.samples) < MAX_SAMPLES:
+            self.samples.append(reject_sample(error, topic, partition, offset))
+
+    def merge(self, other: TaskMetrics) -> TaskMetrics:
+        """Add ``other`` into this one (returns self)."""
+        for name in ("tasks", "events", "rejected", "notifications", "sync_s", "parse_s",
+                     "match_s", "encode_s", "reloads"):  # fmt: skip
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("lag", "index_subscriptions", "index_predicates", "index_spaces",
+                     "index_bytes"):  # fmt: skip
+            setattr(self, name, max(getattr(self, name), getattr(other, name)))
+        for code, n in other.rejects.items():
+            self.rejects[code] = self.rejects.get(code, 0) + n
+        self.samples.extend(other.samples[: MAX_SAMPLES - len(self.samples)])
+        return self
+
+
+def reject_sample(error: RecordError, topic: str, partition: int, offset: int) -> str:
+    """One rejected record for the log: its position, code and (cut) reason."""
+    reason = str(error)
+    if len(reason) > SAMPLE_CHARS:
+        reason = reason[: SAMPLE_CHARS - 1] + "\u2026"
+    return f"{topic}/{partition}/{offset} {error.code}: {reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,15 +115,12 @@ class WorkerSettings:
     matcher: str
     notifications_topic: str
     rejected_topic: str
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    limits: RecordLimits = field(default_factory=RecordLimits)
 
 
 @dataclass
 class WorkerIndex:
-    """A matcher at a known version plus each subscription's notification prefix."""
+    """A matcher at a known version plus each subscription's notification head."""
 
     matcher: Matcher
     version: int = 0
@@ -71,13 +128,18 @@ class WorkerIndex:
     reloads: int = 0
     replayed: int = 0
 
-    def put(self, sub_id: str, record_json: str) -> None:
-        record = json.loads(record_json)
-        self.matcher.add(sub_id, record["expr"])
-        sid, who, extra = _json(sub_id), _json(record["subscriber"]), _json(record.get("extra", {}))
-        self.heads[sub_id] = (
-            f'{{"subscription_id":{sid},"subscriber":{who},"extra":{extra},'.encode()
-        )
+    def put(self, sub_id: str, stored: str) -> None:
+        """Index a stored subscription. One that cannot be decoded or indexed (the driver
+        validated it, so only a hand-edited Redis or a bug) is logged, left out, and any
+        previous version under its id removed, so the index never holds a stale one."""
+        try:
+            record = load_stored(stored)
+            self.matcher.add(sub_id, record.subscription)
+        except Exception as exc:  # the per-record barrier; no I/O inside
+            self.delete(sub_id)
+            log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
+            return
+        self.heads[sub_id] = notification_head(sub_id, record)
 
     def delete(self, sub_id: str) -> None:
         if sub_id in self.matcher:
@@ -102,11 +164,8 @@ def _store(settings: WorkerSettings) -> StateStore:
 def _reload(settings: WorkerSettings, store: StateStore) -> WorkerIndex:
     version, subs = store.snapshot()
     index = WorkerIndex(make_matcher(settings.matcher), version)
-    for sub_id, record_json in subs.items():
-        try:
-            index.put(sub_id, record_json)
-        except (ValueError, KeyError) as exc:  # validated by the driver; defensive
-            log.error("skipping stored subscription %s: %s", sub_id, exc)
+    for sub_id, stored in subs.items():
+        index.put(sub_id, stored)
     return index
 
 
@@ -150,88 +209,113 @@ def match_rows(
     index: WorkerIndex,
     settings: WorkerSettings,
     rows: Iterable[tuple[bytes | None, bytes | None, str, int, int, int | None]],
-    metrics: list[float],
+    metrics: TaskMetrics,
 ) -> tuple[list[str], list[bytes | None], list[bytes]]:
     """Match ``(key, value, topic, partition, offset, timestamp_ms)`` rows.
 
-    Returns the columns ``topic, key, value`` of the output records.
+    Each event is decoded and validated on its own, inside a barrier: whatever it raises
+    makes it a rejected record and the others go on. The valid ones are matched together
+    (:meth:`index.Matcher.match_flat_batch`). Returns the columns ``topic, key, value``
+    of the output records.
     """
     t0 = time.perf_counter()
     topics: list[str] = []
     keys: list[bytes | None] = []
     values: list[bytes] = []
-    good_events: list[dict[str, Any]] = []
+    positions: list[tuple[bytes | None, bytes | None, str, int, int]] = []
+    flat_events: list[FlatEvent] = []
     tails: list[bytes] = []
-    matched_at = _json(now_iso())
+    matched_at = now_iso()
+    limits = settings.limits
+
+    def reject(error: RecordError, key: bytes | None, value: bytes | None, topic: str,
+               partition: int, offset: int) -> None:  # fmt: skip
+        topics.append(settings.rejected_topic)
+        keys.append(rejected_key(key))
+        values.append(rejected_value(error, topic, partition, offset, key, value))
+        metrics.reject(error, topic, partition, offset)
+
     n = 0
     for key, value, topic, partition, offset, ts in rows:
         n += 1
-        try:
-            event = parse_event(value)
-        except RecordError as exc:
-            topics.append(settings.rejected_topic)
-            keys.append(key)
-            values.append(rejected_value(str(exc), topic, partition, offset, key, value))
-            metrics[M_REASONS + REJECT_REASONS.index(reject_reason(str(exc)))] += 1
+        try:  # the per-record barrier: no I/O inside
+            flat = parse_event(value, limits)
+            assert value is not None  # parse_event refuses null
+            tail = notification_tail(event_id(key, topic, partition, offset), value, matched_at,
+                                     ts)  # fmt: skip
+        except Exception as exc:
+            reject(record_error(exc), key, value, topic, partition, offset)
             continue
-        good_events.append(event)
-        assert value is not None
-        ev_id = event_id(key, topic, partition, offset)
-        tails.append(
-            b'"event_id":%s,"event":%s,"matched_at":%s,"event_timestamp":%s}'
-            % (
-                _json(ev_id).encode(),
-                value.strip(),
-                matched_at.encode(),
-                b"null" if ts is None else str(ts).encode(),
-            )
-        )
+        flat_events.append(flat)
+        tails.append(tail)
+        positions.append((key, value, topic, partition, offset))
     t1 = time.perf_counter()
-    matches = index.matcher.match_batch(good_events) if good_events else []
+    matches = _match(index.matcher, flat_events)
     t2 = time.perf_counter()
     heads = index.heads
     notifications = 0
     nt = settings.notifications_topic
-    for tail, ids in zip(tails, matches, strict=True):
+    for tail, ids, position in zip(tails, matches, positions, strict=True):
+        if isinstance(ids, Exception):
+            reject(record_error(ids), *position)
+            continue
         for sub_id in ids:
             topics.append(nt)
             keys.append(str(sub_id).encode())
             values.append(heads[sub_id] + tail)
         notifications += len(ids)
     t3 = time.perf_counter()
-    metrics[M_EVENTS] += n
-    metrics[M_REJECTED] += n - len(good_events)
-    metrics[M_NOTIFICATIONS] += notifications
-    metrics[M_PARSE_S] += t1 - t0
-    metrics[M_MATCH_S] += t2 - t1
-    metrics[M_ENCODE_S] += t3 - t2
+    metrics.events += n
+    metrics.notifications += notifications
+    metrics.parse_s += t1 - t0
+    metrics.match_s += t2 - t1
+    metrics.encode_s += t3 - t2
     return topics, keys, values
+
+
+def _match(matcher: Matcher, flat_events: list[FlatEvent]) -> list[set[object] | Exception]:
+    """The matches of each event, in one batch. Should the matcher raise (a bug, or an
+    event it cannot handle), each event is matched alone, so only the events that raise
+    are rejected (their exception in place of their matches)."""
+    if not flat_events:
+        return []
+    try:
+        return list(matcher.match_flat_batch(flat_events))
+    except Exception:  # the per-record barrier: find the culprits
+        log.exception("matching a batch of %d events failed; matching them one by one",
+                      len(flat_events))  # fmt: skip
+    out: list[set[object] | Exception] = []
+    for flat in flat_events:
+        try:
+            out.extend(matcher.match_flat_batch([flat]))
+        except Exception as exc:
+            out.append(exc)
+    return out
 
 
 def match_batches(
     settings: WorkerSettings,
     version: int,
     batches: Iterator[pa.RecordBatch],
-    report: Callable[[list[float]], None] | None = None,
+    report: Callable[[TaskMetrics], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The body of the ``mapInArrow`` function for one partition of events.
 
     Input batches have the columns ``key, value, topic, partition, offset, ts``.
     """
-    metrics = [0.0] * N_METRICS
+    metrics = TaskMetrics(tasks=1)
     t0 = time.perf_counter()
     before = _CACHE.get((settings.redis_url, settings.redis_prefix, settings.matcher))
     before_version = before.version if before is not None else 0
     index = sync_index(settings, version)
-    metrics[M_SYNC_S] += time.perf_counter() - t0
+    metrics.sync_s += time.perf_counter() - t0
     stats = index.matcher.stats()
-    metrics[M_TASKS] = 1
-    metrics[M_RELOADS] = float(index is not before)
-    metrics[M_LAG] = max(0, version - before_version)
-    metrics[M_INDEX_SUBS] = stats.subscriptions
-    metrics[M_INDEX_PREDICATES] = stats.predicates
-    metrics[M_INDEX_SPACES] = stats.spaces
-    metrics[M_INDEX_BYTES] = stats.estimated_bytes
+    metrics.reloads = int(index is not before)
+    metrics.lag = max(0, version - before_version)
+    metrics.index_subscriptions = stats.subscriptions
+    metrics.index_predicates = stats.predicates
+    metrics.index_spaces = stats.spaces
+    metrics.index_bytes = stats.estimated_bytes
     for batch in batches:
         cols = batch.to_pydict()
         rows = zip(
