@@ -34,7 +34,6 @@ errors ever contain a password: the server is named by :func:`redact_url`.
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -442,13 +441,3 @@ def _change(entry_id: bytes | str, fields: Mapping[Any, Any]) -> Change:
     version = int(_text(entry_id).split("-", 1)[0])
     op = "put" if f["op"] == "put" else "del"
     return Change(version, op, f["id"], f.get("rec") if op == "put" else None)
-
-
-def dumps_record(expr: str, subscriber: str, extra: Mapping[str, Any]) -> str:
-    """The canonical JSON text a subscription is stored as."""
-    return json.dumps(
-        {"expr": expr, "subscriber": subscriber, "extra": dict(extra)},
-        separators=(",", ":"),
-        sort_keys=True,
-        ensure_ascii=False,
-    )

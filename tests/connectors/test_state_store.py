@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from connectors.local import LocalServices
-from connectors.state import ChangeLogGapError, SourceChange, StateStore, dumps_record
+from connectors.state import ChangeLogGapError, SourceChange, StateStore
+from streaming.records import dumps_record
 
 pytestmark = pytest.mark.integration
 

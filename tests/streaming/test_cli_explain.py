@@ -7,10 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
-from connectors.state import StateStore, dumps_record
+from connectors.state import StateStore
 from index import explain
 from streaming.cli import main
 from streaming.config import ServiceConfig
+from streaming.records import dumps_record
 
 EXPR = "price < 20 and category = 'books' and not stock <= 0"
 
