@@ -65,10 +65,10 @@ REJECT_CODES: tuple[RejectCode, ...] = get_args(RejectCode)
 
 MAX_ID_LENGTH = 1024
 """Longest subscription id, in characters."""
-MAX_NESTING = MAX_DEPTH + 1
-"""Deepest nesting of JSON arrays and objects in a record value, counting the outer
-object: the event limit of :mod:`index.events` (objects nested 32 levels inside an event)
-applied to the raw text of events and subscription records alike."""
+MAX_NESTING = MAX_DEPTH
+"""Deepest nesting of JSON arrays and objects in a record value, the record's own object
+counting as the first level: the one limit of events and subscription records alike,
+:data:`index.events.MAX_DEPTH` (32), checked on the raw text."""
 
 DEFAULT_MAX_EVENT_BYTES = 768 * 1024
 DEFAULT_MAX_SUBSCRIPTION_BYTES = 128 * 1024
