@@ -1,9 +1,15 @@
 """Kafka plumbing outside Spark, with confluent-kafka: topics, producing, consuming.
 
 Owns: creating the service's four topics with the right settings (the subscriptions
-topic compacted), a JSON producer used by the CLI and the load generator, and a
-consumer that reads a topic from the start or the end (``psmatch tail``,
-``psmatch rebuild-state``, the tests and the benchmark).
+topic compacted), a JSON producer used by the CLI and the load generator, a consumer
+that reads a topic from the start or the end (``psmatch tail``, ``psmatch
+rebuild-state``, the tests and the benchmark), and the one place Kafka security is
+turned into client settings: :class:`KafkaSecurity` gives librdkafka's settings (the
+clients here) and :func:`spark_kafka_options` the ``kafka.``-prefixed options of Spark's
+Kafka source and sink, so every client of the service connects the same way.
+
+A client whose credentials the broker refuses fails at once with one
+:class:`KafkaAuthenticationError` instead of retrying until a timeout.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Producer
@@ -26,6 +32,141 @@ log = logging.getLogger(__name__)
 
 class KafkaServiceError(PsmatchError):
     """Kafka unreachable, a topic that cannot be created, a record that cannot be sent."""
+
+
+class KafkaAuthenticationError(KafkaServiceError):
+    """The broker refused the client's SASL credentials (or its TLS handshake failed)."""
+
+
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSecurity:
+    """How every client authenticates to and encrypts its traffic with the brokers.
+
+    ``protocol`` is Kafka's ``security.protocol``; with ``SASL_*``, ``sasl_mechanism``,
+    ``username`` and ``password`` authenticate; with ``SSL``/``SASL_SSL``, ``ca_file``
+    (PEM) verifies the brokers (default: the system's CAs). The password is left out of
+    ``repr``.
+    """
+
+    protocol: str = "PLAINTEXT"
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    username: str = ""
+    password: str = field(default="", repr=False)
+    ca_file: str = ""
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings (confluent-kafka's producer, consumer and admin client)."""
+        conf = {"security.protocol": self.protocol}
+        if self.sasl:
+            conf.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.username,
+                         "sasl.password": self.password})  # fmt: skip
+        if self.tls and self.ca_file:
+            conf["ssl.ca.location"] = self.ca_file
+        return conf
+
+    def java_config(self) -> dict[str, str]:
+        """The same settings for the Java client (Spark's source and sink, Kafka's tools)."""
+        conf = {"security.protocol": self.protocol}
+        if self.sasl:
+
+            def quoted(text: str) -> str:
+                return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+            conf["sasl.mechanism"] = self.sasl_mechanism
+            conf["sasl.jaas.config"] = (
+                f"{_LOGIN_MODULES[self.sasl_mechanism]} required "
+                f"username={quoted(self.username)} password={quoted(self.password)};"
+            )
+        if self.tls and self.ca_file:
+            conf.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": self.ca_file})
+        return conf
+
+
+PLAINTEXT = KafkaSecurity()
+
+
+def spark_kafka_options(bootstrap_servers: str, security: KafkaSecurity) -> dict[str, str]:
+    """The ``kafka.``-prefixed options of Spark's Kafka source and sink.
+
+    Use them whole on both: ``spark.readStream.format("kafka").options(**opts)`` and
+    ``df.write.format("kafka").options(**opts)``. They hold the password.
+    """
+    conf = {"bootstrap.servers": bootstrap_servers, **security.java_config()}
+    return {f"kafka.{key}": value for key, value in conf.items()}
+
+
+class _ClientErrors:
+    """The error callback of a confluent-kafka client: remembers a refused login.
+
+    librdkafka retries a failed authentication for ever (its log says why, once per
+    attempt); the service instead stops with one message the first time.
+    """
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.auth: str | None = None
+
+    def __call__(self, err: KafkaError) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            self.auth = self.auth or err.str()
+
+    def check(self) -> None:
+        if self.auth is not None:
+            raise KafkaAuthenticationError(
+                f"Kafka at {self.bootstrap_servers} refused the connection: {self.auth} "
+                "(check kafka_username, the password in PSMATCH_KAFKA_PASSWORD or "
+                "--kafka-password-file, kafka_sasl_mechanism and kafka_security_protocol)"
+            )
+
+
+def _client_config(
+    bootstrap_servers: str, security: KafkaSecurity, errors: _ClientErrors
+) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap_servers,
+        **security.client_config(),
+        "error_cb": errors,
+        # librdkafka's own log goes to Python logging, where the CLI shows warnings only
+        "logger": logging.getLogger("psmatch.kafka.client"),
+    }
+
+
+def _admin(bootstrap_servers: str, security: KafkaSecurity) -> tuple[AdminClient, _ClientErrors]:
+    errors = _ClientErrors(bootstrap_servers)
+    return AdminClient(_client_config(bootstrap_servers, security, errors)), errors
+
+
+def _list_topics(admin: AdminClient, errors: _ClientErrors, timeout: float) -> Any:
+    """Cluster metadata; a refused login fails within about a second, not at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step = max(0.1, min(1.0, deadline - time.monotonic()))
+        try:
+            return admin.list_topics(timeout=step)
+        except Exception as exc:
+            admin.poll(0)  # runs the error callback
+            errors.check()
+            if time.monotonic() >= deadline:
+                raise KafkaServiceError(
+                    f"Kafka at {errors.bootstrap_servers} is not reachable: {exc}"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +184,19 @@ class Record:
         return None if self.value is None else json.loads(self.value)
 
 
-def wait_for_kafka(bootstrap_servers: str, timeout: float = 10.0) -> bool:
-    """Whether a broker answers a metadata request within ``timeout`` seconds."""
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+def wait_for_kafka(
+    bootstrap_servers: str, timeout: float = 10.0, security: KafkaSecurity = PLAINTEXT
+) -> bool:
+    """Whether a broker answers a metadata request within ``timeout`` seconds.
+
+    :class:`KafkaAuthenticationError` if it refuses the credentials.
+    """
+    admin, errors = _admin(bootstrap_servers, security)
     try:
-        md = admin.list_topics(timeout=timeout)
-        return bool(md.brokers)
-    except Exception:
+        return bool(_list_topics(admin, errors, timeout).brokers)
+    except KafkaAuthenticationError:
+        raise
+    except KafkaServiceError:
         return False
 
 
@@ -58,16 +205,14 @@ def ensure_topics(
     topics: Mapping[str, Mapping[str, str]],
     partitions: int = 2,
     timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> list[str]:
     """Create the topics that do not exist yet; returns the names created.
 
     ``topics`` maps a name to its topic configs (e.g. ``{"cleanup.policy": "compact"}``).
     """
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    try:
-        existing = set(admin.list_topics(timeout=timeout).topics)
-    except Exception as exc:
-        raise KafkaServiceError(f"Kafka at {bootstrap_servers} is not reachable: {exc}") from exc
+    admin, errors = _admin(bootstrap_servers, security)
+    existing = set(_list_topics(admin, errors, timeout).topics)
     new = [
         NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(cfg))
         for name, cfg in topics.items()
@@ -98,8 +243,13 @@ def _wait_topics_visible(admin: AdminClient, names: list[str], timeout: float) -
         time.sleep(0.1)
 
 
-def delete_topics(bootstrap_servers: str, names: list[str], timeout: float = 30.0) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+def delete_topics(
+    bootstrap_servers: str,
+    names: list[str],
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
+    admin, _ = _admin(bootstrap_servers, security)
     for future in admin.delete_topics(names, operation_timeout=timeout).values():
         try:
             future.result()
@@ -128,9 +278,12 @@ def _text_or_bytes(value: str | bytes | None) -> bytes | None:
 class JsonProducer:
     """A confluent-kafka producer of JSON (or raw) values, tuned for throughput."""
 
-    def __init__(self, bootstrap_servers: str, **config: Any) -> None:
+    def __init__(
+        self, bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT, **config: Any
+    ) -> None:
+        self._client_errors = _ClientErrors(bootstrap_servers)
         conf = {
-            "bootstrap.servers": bootstrap_servers,
+            **_client_config(bootstrap_servers, security, self._client_errors),
             "linger.ms": 5,
             "batch.num.messages": 10_000,
             "enable.idempotence": True,
@@ -168,10 +321,16 @@ class JsonProducer:
                 break
             except BufferError:
                 self._producer.poll(0.05)
+                self._client_errors.check()
         self._producer.poll(0)
 
     def flush(self, timeout: float = 30.0) -> None:
-        remaining = self._producer.flush(timeout)
+        deadline = time.monotonic() + timeout
+        remaining = self._producer.flush(0.2)
+        while remaining and time.monotonic() < deadline:
+            self._client_errors.check()
+            remaining = self._producer.flush(min(0.5, max(0.0, deadline - time.monotonic())))
+        self._client_errors.check()
         if remaining:
             raise KafkaServiceError(f"{remaining} records not delivered within {timeout:.0f} s")
         if self._errors:
@@ -188,18 +347,25 @@ class JsonProducer:
 class TopicReader:
     """Reads one topic (all partitions) from the beginning or the end, without a group."""
 
-    def __init__(self, bootstrap_servers: str, topic: str, from_beginning: bool = True) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        from_beginning: bool = True,
+        security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
         self.topic = topic
+        self._client_errors = _ClientErrors(bootstrap_servers)
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap_servers,
+                **_client_config(bootstrap_servers, security, self._client_errors),
                 "group.id": f"psmatch-reader-{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest" if from_beginning else "latest",
             }
         )
-        md = self._consumer.list_topics(topic, timeout=30)
+        md = self._metadata(topic, timeout=30.0)
         if topic not in md.topics or md.topics[topic].error is not None:
             self._consumer.close()
             raise KafkaServiceError(f"topic {topic} does not exist")
@@ -210,9 +376,24 @@ class TopicReader:
         self._consumer.assign([TopicPartition(topic, p, start) for p in self._partitions])
         self._eof: set[int] = set()
 
+    def _metadata(self, topic: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._consumer.list_topics(topic, timeout=1.0)
+            except Exception as exc:
+                self._consumer.poll(0)  # runs the error callback
+                if self._client_errors.auth is not None or time.monotonic() >= deadline:
+                    self._consumer.close()
+                    self._client_errors.check()
+                    raise KafkaServiceError(
+                        f"Kafka at {self._client_errors.bootstrap_servers} is not reachable: {exc}"
+                    ) from None
+
     def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[Record]:
         """Records available now (waiting at most ``timeout`` for the first)."""
         out: list[Record] = []
+        self._client_errors.check()
         for msg in self._consumer.consume(num_messages=max_records, timeout=timeout):
             err = msg.error()
             if err is not None:

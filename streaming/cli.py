@@ -34,10 +34,13 @@ log = logging.getLogger("psmatch")
 def _config_parent() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group(
-        "settings (each also read from the environment variable PSMATCH_<NAME>)"
+        "settings (each also read from the environment variable PSMATCH_<NAME>; the "
+        "passwords only from PSMATCH_KAFKA_PASSWORD, PSMATCH_REDIS_PASSWORD or a file)"
     )
     defaults = ServiceConfig()
     for f in dataclasses.fields(ServiceConfig):
+        if f.metadata.get("secret"):
+            continue  # a command line is visible to every user of the machine
         flag = "--" + f.name.replace("_", "-")
         group.add_argument(
             flag,
@@ -63,9 +66,15 @@ def _setup_logging(level: str) -> None:
     )
     for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # librdkafka logs every failed connection attempt; its errors reach the user once,
+    # as the client's exception (connectors.kafka), unless debugging
+    debug = level.upper() == "DEBUG"
+    logging.getLogger("psmatch.kafka.client").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
 
-# -- run -------------------------------------------------------------------------------
+# -- local servers ---------------------------------------------------------------------
+
+SERVER_KINDS = ("redis", "kafka")
 
 
 def _host_port(address: str, default_port: int) -> tuple[str, int]:
@@ -73,52 +82,118 @@ def _host_port(address: str, default_port: int) -> tuple[str, int]:
     return (host or address, int(port)) if port.isdigit() else (address, default_port)
 
 
-def _start_local_servers(cfg: ServiceConfig, data_dir: Path) -> list[Any]:
-    """Start Kafka and Redis on the configured loopback ports when nothing answers there."""
-    from urllib.parse import urlparse
+def _local_server(kind: str, cfg: ServiceConfig, data_dir: Path) -> Any:
+    """The detached server of ``kind`` in ``data_dir/<kind>``: the running one recorded
+    there, else a new (not yet started) one on the configured port."""
+    from urllib.parse import urlsplit
 
-    from connectors.kafka import wait_for_kafka
-    from connectors.local import KafkaBroker, RedisServer, free_port, port_open
+    from connectors.local import KafkaBroker, RedisServer
 
-    started: list[Any] = []
-    parsed = urlparse(cfg.redis_url)
-    redis_port = parsed.port or 6379
-    if not port_open(parsed.hostname or "127.0.0.1", redis_port):
-        log.info("no Redis on %s: starting redis-server (AOF in %s)", cfg.redis_url,
-                 data_dir / "redis")  # fmt: skip
-        started.append(RedisServer(data_dir / "redis", port=redis_port).start())
-    else:
-        log.info("using the Redis already running at %s", cfg.redis_url)
-    first = cfg.bootstrap_servers.split(",")[0]
-    host, port = _host_port(first, 9092)
-    if not port_open(host, port):
-        log.info("no Kafka on %s: starting a local KRaft broker (data in %s)", first,
-                 data_dir / "kafka")  # fmt: skip
-        controller_file = data_dir / "kafka" / "controller.port"
-        controller = int(controller_file.read_text()) if controller_file.exists() else 0
-        broker = KafkaBroker(
-            data_dir / "kafka", port=port, controller_port=controller or free_port()
+    if kind == "redis":
+        password = cfg.redis_password or urlsplit(cfg.redis_url).password or None
+        port = urlsplit(cfg.redis_url).port or 6379
+        return RedisServer.adopt(data_dir / "redis", password=password) or RedisServer(
+            data_dir / "redis", port=port, detached=True, password=password
         )
-        try:
-            broker.start()
-        except BaseException:
-            for server in started:
-                server.stop()
-            raise
-        controller_file.write_text(str(broker.controller_port))
-        started.append(broker)
-    elif not wait_for_kafka(cfg.bootstrap_servers):
-        raise ConfigError(f"something listens on {first} but does not answer as Kafka")
-    else:
-        log.info("using the Kafka already running at %s", cfg.bootstrap_servers)
-    return started
+    port = _host_port(cfg.bootstrap_servers.split(",")[0], 9092)[1]
+    return KafkaBroker.adopt(data_dir / "kafka") or KafkaBroker(
+        data_dir / "kafka", port=port, detached=True
+    )
+
+
+def _start_local_servers(cfg: ServiceConfig, data_dir: Path, kinds: Sequence[str]) -> list[str]:
+    """Start, detached, the servers of ``kinds`` that nothing answers for on the configured
+    ports; returns the kinds that run from ``data_dir`` (started now or earlier).
+
+    A detached server outlives the job (a crash or ``kill -9`` of the job leaves Kafka
+    and Redis up for the producers); ``psmatch servers stop`` or Ctrl-C of ``psmatch run
+    --start-local`` stops it.
+    """
+    from connectors.kafka import wait_for_kafka
+    from connectors.local import port_open
+
+    ours: list[str] = []
+    for kind in kinds:
+        server = _local_server(kind, cfg, data_dir)
+        where = cfg.redis_display_url if kind == "redis" else cfg.bootstrap_servers
+        if server.running:
+            log.info("using the %s started earlier from %s (pid %d, port %d)", server.NAME,
+                     server.data_dir, server.pid, server.port)  # fmt: skip
+            ours.append(kind)
+        elif port_open("127.0.0.1", server.port):
+            if kind == "kafka" and not wait_for_kafka(
+                cfg.bootstrap_servers, security=cfg.kafka_security
+            ):
+                raise ConfigError(f"something listens on {where} but does not answer as Kafka")
+            log.info("using the %s already running at %s (not started by psmatch: left alone)",
+                     server.NAME, where)  # fmt: skip
+        else:
+            log.info("nothing answers at %s: starting %s (data in %s); it keeps running if "
+                     "the job crashes", where, server.NAME, server.data_dir)  # fmt: skip
+            server.start()
+            ours.append(kind)
+    return ours
+
+
+def _stop_local_servers(cfg: ServiceConfig, data_dir: Path, kinds: Sequence[str]) -> None:
+    """Stop the detached servers of ``kinds`` recorded in ``data_dir`` (Kafka first)."""
+    for kind in sorted(kinds, key=SERVER_KINDS.index, reverse=True):
+        server = _local_server(kind, cfg, data_dir)
+        if server.running:
+            server.stop()
+
+
+def cmd_servers(args: argparse.Namespace, cfg: ServiceConfig) -> int:
+    """Start, stop or show the local servers of ``--data-dir`` (what --start-local starts)."""
+    data_dir = Path(args.data_dir)
+    kinds = args.servers or list(SERVER_KINDS)
+    unknown = sorted(set(kinds) - set(SERVER_KINDS))
+    if unknown:
+        raise ConfigError(f"unknown server {unknown[0]!r}: choose redis and/or kafka")
+    if args.action == "start":
+        _start_local_servers(cfg, data_dir, kinds)
+    elif args.action == "stop":
+        _stop_local_servers(cfg, data_dir, kinds)
+    for kind in kinds:
+        server = _local_server(kind, cfg, data_dir)
+        state = (f"running, pid {server.pid}, port {server.port}" if server.running
+                 else "not running")  # fmt: skip
+        print(f"{kind}: {state} (data in {server.data_dir})")
+    return 0
+
+
+# -- run -------------------------------------------------------------------------------
+
+
+def _watch(query: Any, metrics: Any) -> None:
+    """Until the query stops: feed Spark's progress to the metrics once a second."""
+    while query.isActive:
+        query.awaitTermination(1.0)
+        progress = query.lastProgress
+        metrics.observe_progress(None if progress is None else json.loads(progress.json))
+
+
+def _transient(exc: PsmatchError) -> bool:
+    """Whether a failure to (re)start the query may pass: a server still down."""
+    from connectors.kafka import KafkaAuthenticationError, KafkaServiceError
+    from connectors.state import StateAuthenticationError, StateUnavailableError
+
+    if isinstance(exc, KafkaAuthenticationError | StateAuthenticationError | ConfigError):
+        return False
+    return isinstance(exc, KafkaServiceError | StateUnavailableError)
 
 
 def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
+    """Run the query; restart it from its checkpoint after an infrastructure fault, within
+    the budget of :class:`streaming.supervisor.RestartBudget`."""
+    import time
+
     from connectors.metrics import ServiceMetrics
     from streaming.job import build_spark, start_query, stop_query
+    from streaming.supervisor import QueryFailure, RestartBudget, classify_failure
 
-    started: list[Any] = []
+    data_dir = Path(args.data_dir)
+    ours: list[str] = []
     query = None
     metrics = ServiceMetrics(cfg.subscriptions_topic, cfg.events_topic)
     metrics_server = metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port else None
@@ -130,20 +205,42 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         if args.start_local:
-            started = _start_local_servers(cfg, Path(args.data_dir))
+            ours = _start_local_servers(cfg, data_dir, SERVER_KINDS)
         log.info("starting Spark (%s)", cfg.spark_master)
         spark = build_spark(cfg)
         query = start_query(cfg, spark, on_report=metrics.observe_batch, query_name="psmatch")
         log.info("running; Ctrl-C stops")
-        while query.isActive:
-            query.awaitTermination(1.0)
-            progress = query.lastProgress
-            metrics.observe_progress(None if progress is None else json.loads(progress.json))
-        exc = query.exception()
-        if exc is not None:
-            log.error("the streaming query failed: %s", exc)
-            return 1
-        return 0
+        budget = RestartBudget(cfg.query_max_restarts, cfg.query_restart_window_seconds)
+        while True:
+            if query is not None:
+                _watch(query, metrics)
+                exc = query.exception()
+                if exc is None:
+                    return 0  # stopped by someone else
+                failure = classify_failure(str(exc))
+                query = None
+            if not failure.transient:
+                log.error("the streaming query stopped: %s", failure.message)
+                return 1
+            delay = budget.next_delay()
+            if delay is None:
+                log.error("the streaming query failed %d times within %.0f s (query_max_restarts "
+                          "%d); giving up. Last failure: %s", budget.used + 1,
+                          cfg.query_restart_window_seconds, cfg.query_max_restarts,
+                          failure.message)  # fmt: skip
+                return 1
+            log.warning("the streaming query failed (%s); restarting it from the checkpoint "
+                        "in %.1f s (restart %d of at most %d per %.0f s)", failure.message,
+                        delay, budget.used, cfg.query_max_restarts,
+                        cfg.query_restart_window_seconds)  # fmt: skip
+            time.sleep(delay)
+            try:
+                spark = build_spark(cfg)
+                query = start_query(cfg, spark, on_report=metrics.observe_batch,
+                                    query_name="psmatch")  # fmt: skip
+                log.info("the streaming query runs again")
+            except PsmatchError as exc:
+                failure = QueryFailure(str(exc), transient=_transient(exc))
     except KeyboardInterrupt:
         stopping = True
         log.info("stopping")
@@ -152,15 +249,18 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
         if query is not None:
             with contextlib.suppress(Exception):
                 stop_query(query)
-        if stopping or started:
+        if stopping or ours:
             with contextlib.suppress(Exception):
                 from pyspark.sql import SparkSession
 
                 active = SparkSession.getActiveSession()
                 if active is not None:
                     active.stop()
-        for server in reversed(started):
-            server.stop()
+        if stopping:
+            _stop_local_servers(cfg, data_dir, ours)
+        elif ours:
+            log.info("the local %s started by --start-local keep running; `psmatch servers "
+                     "stop` stops them", " and ".join(ours))  # fmt: skip
         if metrics_server is not None:
             metrics_server.stop()
         if stopping:
@@ -200,7 +300,7 @@ def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     except Exception as exc:  # the per-record barrier: no I/O inside
         print(f"psmatch subscribe: {record_error(exc)}", file=sys.stderr)
         return 2
-    with JsonProducer(cfg.bootstrap_servers) as producer:
+    with JsonProducer(cfg.bootstrap_servers, cfg.kafka_security) as producer:
         producer.send(cfg.subscriptions_topic, value, key=key, raw=True)
     print(f"subscribed {args.id}: {args.expr}")
     return 0
@@ -209,7 +309,7 @@ def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 def cmd_unsubscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     from connectors.kafka import JsonProducer
 
-    with JsonProducer(cfg.bootstrap_servers) as producer:
+    with JsonProducer(cfg.bootstrap_servers, cfg.kafka_security) as producer:
         for sub_id in args.ids:
             producer.send(cfg.subscriptions_topic, None, key=sub_id)
     print(f"unsubscribed {', '.join(args.ids)}")
@@ -233,7 +333,7 @@ def cmd_publish(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     from streaming.records import loads_bounded, record_error
 
     sent = bad = 0
-    with JsonProducer(cfg.bootstrap_servers) as producer:
+    with JsonProducer(cfg.bootstrap_servers, cfg.kafka_security) as producer:
         for n, line in enumerate(_event_lines(args, sys.stdin), 1):
             text = line.strip()
             if not text:
@@ -262,7 +362,9 @@ def cmd_tail(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 
     topic = cfg.rejected_topic if args.rejected else cfg.notifications_topic
     shown = 0
-    with TopicReader(cfg.bootstrap_servers, topic, from_beginning=args.from_beginning) as reader:
+    with TopicReader(
+        cfg.bootstrap_servers, topic, args.from_beginning, cfg.kafka_security
+    ) as reader:
         if not args.from_beginning:
             reader.poll(1.0)  # completes the assignment at the end of each partition
         try:
@@ -296,7 +398,9 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     offsets: dict[str, int] = {}
     codes: Counter[str] = Counter()
     samples: list[str] = []
-    with TopicReader(cfg.bootstrap_servers, cfg.subscriptions_topic) as reader:
+    with TopicReader(
+        cfg.bootstrap_servers, cfg.subscriptions_topic, security=cfg.kafka_security
+    ) as reader:
         records = reader.read_to_end(timeout=args.timeout)
     for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
         source = f"{rec.topic}:{rec.partition}"
@@ -316,7 +420,9 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
         log.warning("skipped %d invalid subscription records (%s); e.g. %s", rejected, by_code,
                     "; ".join(samples))  # fmt: skip
     live = {k: v for k, v in latest.items() if v is not None}
-    store = StateStore.from_url(cfg.redis_url, cfg.redis_prefix, cfg.change_log_retention)
+    store = StateStore.from_url(
+        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention
+    )
     version = store.rebuild(live, offsets)
     print(
         f"rebuilt the subscription state (Redis key prefix {cfg.redis_prefix!r}) from "
@@ -339,10 +445,12 @@ def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     except ValueError as exc:
         print(f"psmatch explain: the event is not JSON: {exc}", file=sys.stderr)
         return 2
-    store = StateStore.from_url(cfg.redis_url, cfg.redis_prefix, cfg.change_log_retention)
+    store = StateStore.from_url(
+        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention
+    )
     record = store.get(args.id)
     if record is None:
-        print(f"psmatch explain: no subscription {args.id!r} in {cfg.redis_url} "
+        print(f"psmatch explain: no subscription {args.id!r} in {cfg.redis_display_url} "
               f"(prefix {cfg.redis_prefix}); the job stores a subscription once it has read it",
               file=sys.stderr)  # fmt: skip
         return 2
@@ -380,13 +488,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--start-local", action="store_true",
         help="start a local Kafka broker and redis-server on the configured loopback ports "
-        "when nothing answers there (and stop them on exit)",
+        "when nothing answers there; they outlive a crash of the job, Ctrl-C stops them",
     )  # fmt: skip
-    p.add_argument(
-        "--data-dir", default=str(REPO_ROOT / "var"),
-        help="where --start-local keeps Kafka's log and Redis's AOF (default: %(default)s)",
-    )  # fmt: skip
+    data_dir_help = "where the local servers keep their data and pids (default: %(default)s)"
+    p.add_argument("--data-dir", default=str(REPO_ROOT / "var"), help=data_dir_help)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "servers", parents=[parent], help="start, stop or show the local Kafka and Redis",
+        description="The local servers that run --start-local starts, on the configured "
+        "loopback ports with their data in --data-dir. Restart one alone: psmatch servers "
+        "stop redis && psmatch servers start redis. A running job waits out the gap.",
+    )  # fmt: skip
+    p.add_argument("action", choices=["start", "stop", "status"])
+    p.add_argument("servers", nargs="*", metavar="SERVER",
+                   help="redis and/or kafka (default: both)")  # fmt: skip
+    p.add_argument("--data-dir", default=str(REPO_ROOT / "var"), help=data_dir_help)
+    p.set_defaults(func=cmd_servers)
 
     p = sub.add_parser(
         "subscribe", parents=[parent], help="add or replace a subscription",

@@ -4,6 +4,12 @@ Every setting has a default that works on one machine, can be overridden by an
 environment variable ``PSMATCH_<FIELD>`` (e.g. ``PSMATCH_BOOTSTRAP_SERVERS``) and by the
 matching CLI flag (``--bootstrap-servers``); flags win over the environment, which wins
 over the defaults. Invalid values raise :class:`streaming.errors.ConfigError`.
+
+Secrets (``kafka_password``, ``redis_password``) are never flags, since a command line
+is visible to every user of the machine: they come from the environment
+(``PSMATCH_KAFKA_PASSWORD``, ``PSMATCH_REDIS_PASSWORD``) or from a file named by a flag
+(``--kafka-password-file``, ``--redis-password-file``). They are left out of ``repr``
+and shown as ``***`` by :meth:`ServiceConfig.as_dict`.
 """
 
 from __future__ import annotations
@@ -15,10 +21,14 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from streaming import records
 from streaming.errors import ConfigError
+
+if TYPE_CHECKING:
+    from connectors.kafka import KafkaSecurity
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_PREFIX = "PSMATCH_"
@@ -116,6 +126,53 @@ class ServiceConfig:
         metadata={"help": "longest attribute name or string value in an event, in characters "
                   "(limit_exceeded)"},
     )  # fmt: skip
+    redis_retry_seconds: float = field(
+        default=300.0,
+        metadata={"help": "how long the job waits out a Redis outage (retrying with backoff) "
+                  "before it stops; 0 = stop at the first connection error"},
+    )  # fmt: skip
+    query_max_restarts: int = field(
+        default=5,
+        metadata={"help": "restarts of a streaming query that failed on an infrastructure "
+                  "fault allowed within query_restart_window_seconds (0 = never restart)"},
+    )  # fmt: skip
+    query_restart_window_seconds: float = field(
+        default=600.0,
+        metadata={"help": "the window over which query_max_restarts is counted"},
+    )
+    kafka_security_protocol: str = field(
+        default="PLAINTEXT",
+        metadata={"help": "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, for every Kafka client"},
+    )
+    kafka_sasl_mechanism: str = field(
+        default="SCRAM-SHA-512",
+        metadata={"help": "SASL mechanism with SASL_*: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"},
+    )
+    kafka_username: str = field(default="", metadata={"help": "SASL user name with SASL_*"})
+    kafka_password_file: str = field(
+        default="",
+        metadata={"help": "file holding the SASL password (or set PSMATCH_KAFKA_PASSWORD)"},
+    )
+    kafka_ca_file: str = field(
+        default="",
+        metadata={"help": "CA bundle (PEM) that verifies the brokers with SSL or SASL_SSL "
+                  "(default: the system's)"},
+    )  # fmt: skip
+    redis_password_file: str = field(
+        default="",
+        metadata={"help": "file holding the Redis password (or set PSMATCH_REDIS_PASSWORD, "
+                  "or put it in the URL)"},
+    )  # fmt: skip
+    redis_ca_file: str = field(
+        default="",
+        metadata={"help": "CA bundle (PEM) verifying a rediss:// server (default: the system's)"},
+    )
+    kafka_password: str = field(
+        default="", repr=False, metadata={"secret": True, "help": "SASL password"}
+    )
+    redis_password: str = field(
+        default="", repr=False, metadata={"secret": True, "help": "Redis password"}
+    )
 
     def __post_init__(self) -> None:
         if self.trigger_seconds <= 0:
@@ -141,7 +198,88 @@ class ServiceConfig:
         if len(set(topics)) != len(topics) or not all(topics):
             raise ConfigError(f"the four topic names must be distinct and non-empty: {topics}")
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"redis_url must be a redis:// URL, got {self.redis_url!r}")
+            from connectors.state import redact_url
+
+            raise ConfigError(
+                f"redis_url must be a redis://, rediss:// or unix:// URL, got "
+                f"{redact_url(self.redis_url)!r}"
+            )
+        if self.redis_retry_seconds < 0 or self.query_restart_window_seconds <= 0:
+            raise ConfigError("redis_retry_seconds must be >= 0 and "
+                              "query_restart_window_seconds > 0")  # fmt: skip
+        if self.query_max_restarts < 0:
+            raise ConfigError("query_max_restarts must be >= 0 (0 = never restart)")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        from connectors.kafka import KAFKA_PROTOCOLS, SASL_MECHANISMS
+
+        for secret in ("kafka_password", "redis_password"):
+            path = getattr(self, secret + "_file")
+            if not path:
+                continue
+            try:
+                value = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read {secret}_file {path}: "
+                                  f"{type(exc).__name__}") from None  # fmt: skip
+            if getattr(self, secret) not in ("", value):
+                raise ConfigError(f"{secret} is set in the environment and {secret}_file "
+                                  "names a file: give one of them")  # fmt: skip
+            object.__setattr__(self, secret, value)
+        if self.kafka_security_protocol not in KAFKA_PROTOCOLS:
+            raise ConfigError(f"kafka_security_protocol must be one of {KAFKA_PROTOCOLS}, "
+                              f"got {self.kafka_security_protocol!r}")  # fmt: skip
+        if self.kafka_security_protocol.startswith("SASL_"):
+            if self.kafka_sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(f"kafka_sasl_mechanism must be one of {SASL_MECHANISMS}, "
+                                  f"got {self.kafka_sasl_mechanism!r}")  # fmt: skip
+            if not self.kafka_username or not self.kafka_password:
+                raise ConfigError(
+                    f"kafka_security_protocol {self.kafka_security_protocol} needs "
+                    "kafka_username and a password (PSMATCH_KAFKA_PASSWORD or "
+                    "--kafka-password-file)"
+                )
+        for name in ("kafka_ca_file", "redis_ca_file"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise ConfigError(f"{name} {path} is not a file")
+
+    # -- derived settings ----------------------------------------------------------
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """The security settings every Kafka client uses (see :mod:`connectors.kafka`)."""
+        from connectors.kafka import KafkaSecurity
+
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            username=self.kafka_username,
+            password=self.kafka_password,
+            ca_file=self.kafka_ca_file,
+        )
+
+    @property
+    def redis_connection_url(self) -> str:
+        """``redis_url`` with the password and CA file: what the state store connects
+        with. Holds the secret: log :attr:`redis_display_url` instead."""
+        parts = urlsplit(self.redis_url)
+        if self.redis_password:
+            user = quote(parts.username or "", safe="")
+            host = parts.netloc.rpartition("@")[2]
+            parts = parts._replace(netloc=f"{user}:{quote(self.redis_password, safe='')}@{host}")
+        if self.redis_ca_file:
+            query = [*parse_qsl(parts.query), ("ssl_ca_certs", self.redis_ca_file)]
+            parts = parts._replace(query=urlencode(query))
+        return urlunsplit(parts)
+
+    @property
+    def redis_display_url(self) -> str:
+        """``redis_url`` without any password, for logs and messages."""
+        from connectors.state import redact_url
+
+        return redact_url(self.redis_url)
 
     # -- construction --------------------------------------------------------------
 
@@ -172,7 +310,12 @@ class ServiceConfig:
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every setting; secrets (and a password in ``redis_url``) shown as ``***``."""
+        values = dataclasses.asdict(self)
+        for name in SECRET_FIELDS:
+            values[name] = "***" if values[name] else ""
+        values["redis_url"] = self.redis_display_url
+        return values
 
 
 def field_type(f: dataclasses.Field[Any]) -> type:
@@ -196,3 +339,4 @@ def _convert(name: str, tp: type, raw: str) -> Any:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
 _FIELD_NAMES = frozenset(_FIELDS)
+SECRET_FIELDS = frozenset(name for name, f in _FIELDS.items() if f.metadata.get("secret"))

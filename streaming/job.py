@@ -31,7 +31,7 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from connectors.kafka import ensure_topics, service_topics
+from connectors.kafka import ensure_topics, service_topics, spark_kafka_options
 from connectors.state import SourceChange, StateStore
 from index.errors import PsmatchError
 from streaming.config import ServiceConfig
@@ -192,10 +192,11 @@ class BatchProcessor:
         self.spark = spark
         self.limits = RecordLimits.from_config(config)
         self.store = StateStore.from_url(
-            config.redis_url, config.redis_prefix, config.change_log_retention
-        )
+            config.redis_connection_url, config.redis_prefix, config.change_log_retention,
+            config.redis_retry_seconds,
+        )  # fmt: skip
         self.settings = WorkerSettings(
-            redis_url=config.redis_url,
+            redis_url=config.redis_connection_url,
             redis_prefix=config.redis_prefix,
             retention=config.change_log_retention,
             matcher=config.matcher,
@@ -237,7 +238,7 @@ class BatchProcessor:
                 out = out.unionByName(self.spark.createDataFrame(rejects, OUTPUT_DDL))
             (
                 out.write.format("kafka")
-                .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+                .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
                 .option("kafka.linger.ms", "5")
                 .save()
             )
@@ -298,8 +299,12 @@ class BatchProcessor:
 
 
 def prepare(config: ServiceConfig) -> None:
-    """Check Redis, create missing topics."""
-    StateStore.from_url(config.redis_url, config.redis_prefix).ping()
+    """Check Redis and Kafka (and their credentials) at once, create missing topics.
+
+    Fails fast, without the outage wait: at start-up an unreachable server is more often
+    a wrong setting than an outage.
+    """
+    StateStore.from_url(config.redis_connection_url, config.redis_prefix).ping()
     ensure_topics(
         config.bootstrap_servers,
         service_topics(
@@ -309,6 +314,7 @@ def prepare(config: ServiceConfig) -> None:
             config.rejected_topic,
         ),
         partitions=config.topic_partitions,
+        security=config.kafka_security,
     )
 
 
@@ -322,7 +328,7 @@ def start_query(
     prepare(config)
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", config.bootstrap_servers)
+        .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
         .option("subscribe", f"{config.subscriptions_topic},{config.events_topic}")
         .option("startingOffsets", config.starting_offsets)
         # compaction of the subscriptions topic removes offsets: not a loss
@@ -341,10 +347,11 @@ def start_query(
     query = writer.start()
     log.info(
         "streaming query started: %s + %s -> %s / %s (matcher %s, trigger %.1f s, "
-        "checkpoint %s, redis %s%s)",
+        "checkpoint %s, Redis %s with key prefix %r, Kafka %s over %s)",
         config.subscriptions_topic, config.events_topic, config.notifications_topic,
         config.rejected_topic, config.matcher, config.trigger_seconds,
-        config.checkpoint_location, config.redis_url, config.redis_prefix,
+        config.checkpoint_location, config.redis_display_url, config.redis_prefix,
+        config.bootstrap_servers, config.kafka_security_protocol,
     )  # fmt: skip
     return query
 

@@ -54,7 +54,8 @@ def test_a_killed_redis_is_waited_out_and_nothing_is_lost_or_doubled(
     def stream() -> None:
         try:
             for b in range(batches):
-                changes = [put(b * per_batch + i, f"s{b * per_batch + i}") for i in range(per_batch)]
+                first = b * per_batch
+                changes = [put(first + i, f"s{first + i}") for i in range(per_batch)]
                 versions.append(store.apply(changes).version)
                 # a worker catching up, as in each task
                 reader.changes(max(0, versions[-1] - per_batch), versions[-1])
@@ -89,7 +90,8 @@ def test_an_outage_past_the_deadline_is_one_clear_error(
     store.apply([put(0, "s0")])
     server.kill()
     t0 = time.monotonic()
-    with pytest.raises(StateUnavailableError, match=r"stayed unreachable for 1\.\d s after \d+ retries") as info:
+    gave_up = r"stayed unreachable for 1\.\d s after \d+ retries"
+    with pytest.raises(StateUnavailableError, match=gave_up) as info:
         store.version()
     assert 1.4 < time.monotonic() - t0 < 10
     assert f"127.0.0.1:{server.port}" in str(info.value)

@@ -16,7 +16,7 @@ from connectors.state import StateStore
 from streaming.cli import main
 from streaming.config import ServiceConfig
 
-COMMANDS = ["run", "subscribe", "unsubscribe", "publish", "tail", "rebuild-state"]
+COMMANDS = ["run", "servers", "subscribe", "unsubscribe", "publish", "tail", "rebuild-state"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from streaming.config import ServiceConfig
@@ -44,3 +46,45 @@ def test_config_is_frozen() -> None:
     cfg = ServiceConfig()
     with pytest.raises(AttributeError):
         cfg.matcher = "scan"  # type: ignore[misc]
+
+
+def test_secrets_come_from_env_or_file_and_are_never_shown(tmp_path: Path) -> None:
+    secret_file = tmp_path / "kafka.pw"
+    secret_file.write_text("file-s3cret\n")
+    env = {
+        "PSMATCH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "PSMATCH_KAFKA_SASL_MECHANISM": "PLAIN",
+        "PSMATCH_KAFKA_USERNAME": "alice",
+        "PSMATCH_REDIS_PASSWORD": "redis/s3cret@",
+        "PSMATCH_REDIS_URL": "redis://127.0.0.1:6390/2",
+    }
+    cfg = ServiceConfig.load(env=env, overrides={"kafka_password_file": str(secret_file)})
+    assert cfg.kafka_password == "file-s3cret"
+    assert cfg.kafka_security.client_config()["sasl.password"] == "file-s3cret"
+    assert cfg.redis_connection_url == "redis://:redis%2Fs3cret%40@127.0.0.1:6390/2"
+    shown = repr(cfg) + repr(cfg.kafka_security) + str(cfg.as_dict()) + cfg.redis_display_url
+    assert "s3cret" not in shown
+    assert cfg.replace(trigger_seconds=2.0).kafka_password == "file-s3cret"
+    with_url_password = ServiceConfig(redis_url="redis://:in-url-s3cret@h:1/0")
+    assert "s3cret" not in with_url_password.redis_display_url
+    assert "s3cret" not in str(with_url_password.as_dict())
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PSMATCH_KAFKA_SECURITY_PROTOCOL": "TLS"}, "kafka_security_protocol must be one of"),
+        ({"PSMATCH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL"}, "needs kafka_username and a password"),
+        ({"PSMATCH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "PSMATCH_KAFKA_USERNAME": "u",
+          "PSMATCH_KAFKA_PASSWORD": "p", "PSMATCH_KAFKA_SASL_MECHANISM": "GSSAPI"},
+         "kafka_sasl_mechanism"),
+        ({"PSMATCH_KAFKA_PASSWORD_FILE": "/nonexistent/pw"}, "cannot read kafka_password_file"),
+        ({"PSMATCH_REDIS_CA_FILE": "/nonexistent/ca.pem"}, "redis_ca_file"),
+        ({"PSMATCH_REDIS_RETRY_SECONDS": "-1"}, "redis_retry_seconds"),
+        ({"PSMATCH_QUERY_MAX_RESTARTS": "-1"}, "query_max_restarts"),
+        ({"PSMATCH_REDIS_URL": "http://:pw-s3cret@h/0"}, r"http://:\*\*\*@h/0"),
+    ],
+)  # fmt: skip
+def test_bad_security_and_retry_settings(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        ServiceConfig.load(env=env)
