@@ -37,6 +37,15 @@ MAX_DEPTH = 64
 """Deepest nesting of parentheses and ``not``."""
 MAX_TEXT = 65_536
 """Longest expression text, in characters."""
+MAX_INTERVALS = 1024
+"""Most intervals in one predicate, once the comparisons on its attribute in a conjunct
+are merged (four ``not in`` lists of 256 values leave 1,025)."""
+MAX_NORMAL_FORM_INTERVALS = 65_536
+"""Most intervals in a subscription's normal form, summed over its conjuncts: what a
+matcher indexes for it."""
+MAX_NORMALISATION_STEPS = 2**18
+"""Most steps (intervals read or built, patterns checked, predicates copied) that
+normalisation may take: what bounds its time whatever the mix of operators."""
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -538,8 +547,21 @@ class Predicate:
     patterns: tuple[Pattern, ...] = ()
 
     def test(self, value: Value) -> bool:
-        """Truth for a value already known to be of ``kind``. Cost O(log intervals)."""
-        if not any(interval.contains(value) for interval in self.intervals):
+        """Truth for a value already known to be of ``kind``.
+
+        Cost O(log intervals) plus the patterns: a binary search for the first interval
+        that does not end below ``value``, the only one that can hold it.
+        """
+        ivs = self.intervals
+        lo, hi = 0, len(ivs)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            end = ivs[mid].hi
+            if end is not None and (end < value or (end == value and not ivs[mid].hi_closed)):  # type: ignore[operator]
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == len(ivs) or not ivs[lo].contains(value):
             return False
         return all(p.test(value) for p in self.patterns)  # type: ignore[arg-type]
 
@@ -594,12 +616,15 @@ class Subscription:
 
 
 def _normalise_intervals(intervals: list[Interval]) -> tuple[Interval, ...]:
-    """Sort and merge overlapping or touching intervals; drop empty ones."""
+    """Sort and merge overlapping or touching intervals; drop empty ones.
+
+    Cost O(n log n) for the sort, then one pass.
+    """
 
     def lo_key(iv: Interval) -> tuple:
         return (0,) if iv.lo is None else (1, iv.lo, 0 if iv.lo_closed else 1)
 
-    kept = [iv for iv in intervals if not _is_empty(iv)]
+    kept = [iv for iv in intervals if not _is_empty(iv.lo, iv.lo_closed, iv.hi, iv.hi_closed)]
     kept.sort(key=lo_key)
     merged: list[Interval] = []
     for iv in kept:
@@ -622,58 +647,27 @@ def _normalise_intervals(intervals: list[Interval]) -> tuple[Interval, ...]:
     return tuple(merged)
 
 
-def _is_empty(iv: Interval) -> bool:
-    if iv.lo is None or iv.hi is None:
+def _is_empty(lo: Value | None, lo_closed: bool, hi: Value | None, hi_closed: bool) -> bool:
+    if lo is None or hi is None:
         return False
-    if iv.lo > iv.hi:  # type: ignore[operator]
+    if lo > hi:  # type: ignore[operator]
         return True
-    return iv.lo == iv.hi and not (iv.lo_closed and iv.hi_closed)
-
-
-def _intersect(a: tuple[Interval, ...], b: tuple[Interval, ...]) -> tuple[Interval, ...]:
-    out: list[Interval] = []
-    for x in a:
-        for y in b:
-            lo, lo_closed = _max_lo(x, y)
-            hi, hi_closed = _min_hi(x, y)
-            out.append(Interval(lo, lo_closed, hi, hi_closed))
-    return _normalise_intervals(out)
-
-
-def _max_lo(x: Interval, y: Interval) -> tuple[Value | None, bool]:
-    if x.lo is None:
-        return y.lo, y.lo_closed
-    if y.lo is None or x.lo > y.lo:  # type: ignore[operator]
-        return x.lo, x.lo_closed
-    if y.lo > x.lo:  # type: ignore[operator]
-        return y.lo, y.lo_closed
-    return x.lo, x.lo_closed and y.lo_closed
-
-
-def _min_hi(x: Interval, y: Interval) -> tuple[Value | None, bool]:
-    if x.hi is None:
-        return y.hi, y.hi_closed
-    if y.hi is None or x.hi < y.hi:  # type: ignore[operator]
-        return x.hi, x.hi_closed
-    if y.hi < x.hi:  # type: ignore[operator]
-        return y.hi, y.hi_closed
-    return x.hi, x.hi_closed and y.hi_closed
+    return lo == hi and not (lo_closed and hi_closed)
 
 
 def _complement(ivs: tuple[Interval, ...]) -> tuple[Interval, ...]:
+    """The gaps between sorted, disjoint, non-touching intervals. Cost O(n)."""
     out: list[Interval] = []
     lo: Value | None = None
     lo_closed = False
-    start_unbounded = True
     for iv in ivs:
         if iv.lo is not None:
-            out.append(Interval(lo if not start_unbounded else None, lo_closed, iv.lo,
-                                not iv.lo_closed))
+            out.append(Interval(lo, lo_closed, iv.lo, not iv.lo_closed))
         if iv.hi is None:
-            return _normalise_intervals(out)
-        lo, lo_closed, start_unbounded = iv.hi, not iv.hi_closed, False
-    out.append(Interval(None if start_unbounded else lo, lo_closed, None, False))
-    return _normalise_intervals(out)
+            return tuple(out)
+        lo, lo_closed = iv.hi, not iv.hi_closed
+    out.append(Interval(lo, lo_closed, None, False))
+    return tuple(out)
 
 
 def _prefix_successor(prefix: str) -> str | None:
@@ -692,7 +686,10 @@ def _point(value: Value) -> Interval:
 
 
 def _atomic_predicate(c: Comparison) -> Predicate:
-    """The predicate of one comparison (``not`` already folded into ``c.op``)."""
+    """The predicate of one comparison (``not`` already folded into ``c.op``).
+
+    Cost O(v log v) for the v values of an ``in`` list, O(1) otherwise.
+    """
     kind = kind_of(c.values[0])
     op, vals = c.op, c.values
     patterns: tuple[Pattern, ...] = ()
@@ -746,82 +743,175 @@ def _negate(expr: Expression) -> Expression:
     return And(tuple(_negate(c) for c in expr.children))
 
 
+def _first_position(expr: Expression) -> int:
+    """Where ``expr`` starts in the text: its leftmost comparison. Cost O(depth)."""
+    while not isinstance(expr, Comparison):
+        expr = expr.child if isinstance(expr, Not) else expr.children[0]
+    return expr.position
+
+
 _RawConjunct = dict[str, Predicate]
 
 
-def _merge(a: _RawConjunct, b: _RawConjunct) -> _RawConjunct | None:
-    """The conjunction of two raw conjuncts, or None when it can never be true."""
-    out = dict(a)
-    for attribute, p in b.items():
-        q = out.get(attribute)
-        if q is None:
-            out[attribute] = p
-            continue
-        if q.kind is not p.kind:
-            return None
-        merged = _finish(Predicate(attribute, p.kind, _intersect(q.intervals, p.intervals),
-                                   q.patterns + p.patterns))
-        if merged is None:
-            return None
-        out[attribute] = merged
-    return out
+class _Normaliser:
+    """Disjunctive normal form of one expression, its work bounded as it is done.
 
+    Each interval read or built, pattern checked and predicate copied is one step;
+    past :data:`MAX_NORMALISATION_STEPS` normalisation stops with an
+    :class:`ExpressionLimitError` at the comparison that crossed it. The limits on
+    intervals per predicate and on conjuncts are checked as each one is built, so no
+    expression makes normalisation build more than the limits allow before failing.
+    """
 
-def _finish(p: Predicate) -> Predicate | None:
-    """Drop impossible predicates; resolve patterns against point sets."""
-    if not p.intervals:
-        return None
-    if p.patterns and all(iv.is_point for iv in p.intervals):
-        points = tuple(iv for iv in p.intervals if all(pt.test(iv.lo) for pt in p.patterns))  # type: ignore[arg-type]
-        return Predicate(p.attribute, p.kind, points) if points else None
-    if p.patterns:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.steps = 0
+
+    def charge(self, steps: int, position: int) -> None:
+        self.steps += steps
+        if self.steps > MAX_NORMALISATION_STEPS:
+            raise ExpressionLimitError(
+                f"normalising the expression takes more than {MAX_NORMALISATION_STEPS} steps: "
+                "it merges attributes with many intervals into many conjuncts; merge its "
+                "in-lists or split it into several subscriptions",
+                self.text,
+                position,
+            )
+
+    def dnf(self, expr: Expression) -> list[_RawConjunct]:
+        """The conjuncts of ``expr``, each a map from attribute to merged predicate."""
+        if isinstance(expr, Not):
+            return self.dnf(_negate(expr.child))
+        if isinstance(expr, Comparison):
+            self.charge(len(expr.values) + 1, expr.position)
+            p = self.finish(_atomic_predicate(expr), expr.position)
+            return [] if p is None else [{p.attribute: p}]
+        if isinstance(expr, Or):
+            out: list[_RawConjunct] = []
+            for child in expr.children:
+                out.extend(self.dnf(child))
+                self.check_conjuncts(len(out), _first_position(child))
+            return out
+        result: list[_RawConjunct] = [{}]
+        for child in expr.children:
+            terms = self.dnf(child)
+            position = _first_position(child)
+            distinct = len(result) * len(terms) > 1
+            seen: set[frozenset[Predicate]] = set()
+            combined: list[_RawConjunct] = []
+            for left, right in product(result, terms):
+                merged = self.merge(left, right, position)
+                if merged is None:
+                    continue
+                if distinct:
+                    # Hashing a conjunct hashes all its intervals: charged as steps.
+                    self.charge(sum(len(p.intervals) for p in merged.values()), position)
+                    key = frozenset(merged.values())
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                combined.append(merged)
+                self.check_conjuncts(len(combined), position)
+            result = combined
+        return result
+
+    def check_conjuncts(self, count: int, position: int) -> None:
+        if count > MAX_CONJUNCTS:
+            raise ExpressionLimitError(
+                f"the expression expands to more than {MAX_CONJUNCTS} conjuncts in disjunctive "
+                "normal form; use 'in' lists or split it into several subscriptions",
+                self.text,
+                position,
+            )
+
+    def merge(self, a: _RawConjunct, b: _RawConjunct, position: int) -> _RawConjunct | None:
+        """The conjunction of two raw conjuncts, or None when it can never be true."""
+        self.charge(len(a) + len(b), position)
+        out = dict(a)
+        for attribute, p in b.items():
+            q = out.get(attribute)
+            if q is None:
+                out[attribute] = p
+                continue
+            if q.kind is not p.kind:
+                return None
+            intervals = self.intersect(attribute, q.intervals, p.intervals, position)
+            merged = self.finish(
+                Predicate(attribute, p.kind, intervals, q.patterns + p.patterns), position)
+            if merged is None:
+                return None
+            out[attribute] = merged
+        return out
+
+    def intersect(self, attribute: str, a: tuple[Interval, ...], b: tuple[Interval, ...],
+                  position: int) -> tuple[Interval, ...]:
+        """The intersection of two sorted, disjoint, non-touching interval sets.
+
+        A sorted merge: O(len(a) + len(b)) steps, and the result (at most
+        len(a) + len(b) - 1 intervals, sorted, disjoint and non-touching, since each
+        piece lies in a different interval of a or of b) is checked against
+        :data:`MAX_INTERVALS` as it grows.
+        """
+        self.charge(len(a) + len(b), position)
+        out: list[Interval] = []
+        append = out.append
+        i = j = 0
+        na, nb = len(a), len(b)
+        # Inlined: this loop is the whole cost of merging long lists.
+        while i < na and j < nb:
+            x, y = a[i], b[j]
+            x_lo, y_lo = x.lo, y.lo
+            if x_lo is None:
+                lo, lo_closed = y_lo, y.lo_closed
+            elif y_lo is None or x_lo > y_lo:  # type: ignore[operator]
+                lo, lo_closed = x_lo, x.lo_closed
+            elif y_lo > x_lo:  # type: ignore[operator]
+                lo, lo_closed = y_lo, y.lo_closed
+            else:
+                lo, lo_closed = x_lo, x.lo_closed and y.lo_closed
+            x_hi, y_hi = x.hi, y.hi
+            # x_first: x ends no later than y, so x meets nothing in b after y.
+            if x_hi is None:
+                hi, hi_closed, x_first = y_hi, y.hi_closed, False
+            elif y_hi is None or x_hi < y_hi:  # type: ignore[operator]
+                hi, hi_closed, x_first = x_hi, x.hi_closed, True
+            elif y_hi < x_hi:  # type: ignore[operator]
+                hi, hi_closed, x_first = y_hi, y.hi_closed, False
+            else:
+                hi, hi_closed, x_first = x_hi, x.hi_closed and y.hi_closed, not x.hi_closed
+            if lo is None or hi is None or lo < hi or (lo == hi and lo_closed and hi_closed):  # type: ignore[operator]
+                if len(out) == MAX_INTERVALS:
+                    raise ExpressionLimitError(
+                        f"the comparisons on {attribute!r} in one conjunct combine into more "
+                        f"than {MAX_INTERVALS} intervals; merge their lists or split the "
+                        "subscription",
+                        self.text,
+                        position,
+                    )
+                append(Interval(lo, lo_closed, hi, hi_closed))
+            if x_first:
+                i += 1
+            else:
+                j += 1
+        return tuple(out)
+
+    def finish(self, p: Predicate, position: int) -> Predicate | None:
+        """Drop impossible predicates; resolve patterns against point sets."""
+        if not p.intervals:
+            return None
+        if not p.patterns:
+            return p
+        if all(iv.is_point for iv in p.intervals):
+            self.charge(len(p.intervals) * (len(p.patterns) + 1), position)
+            points = tuple(iv for iv in p.intervals
+                           if all(pt.test(iv.lo) for pt in p.patterns))  # type: ignore[arg-type]
+            return Predicate(p.attribute, p.kind, points) if points else None
+        self.charge(len(p.patterns), position)
         patterns = tuple(dict.fromkeys(p.patterns))
-        contradictory = any(Pattern(x.form, x.text, not x.negated) in patterns for x in patterns)
-        if contradictory:
+        present = set(patterns)
+        if any(Pattern(x.form, x.text, not x.negated) in present for x in patterns):
             return None
         return Predicate(p.attribute, p.kind, p.intervals, patterns)
-    return p
-
-
-def _dnf(expr: Expression, text: str) -> list[_RawConjunct]:
-    if isinstance(expr, Not):
-        return _dnf(_negate(expr.child), text)
-    if isinstance(expr, Comparison):
-        p = _finish(_atomic_predicate(expr))
-        return [] if p is None else [{p.attribute: p}]
-    if isinstance(expr, Or):
-        out: list[_RawConjunct] = []
-        for child in expr.children:
-            out.extend(_dnf(child, text))
-            _check_conjunct_limit(len(out), text)
-        return out
-    result: list[_RawConjunct] = [{}]
-    for child in expr.children:
-        terms = _dnf(child, text)
-        combined = []
-        for left, right in product(result, terms):
-            merged = _merge(left, right)
-            if merged is not None:
-                combined.append(merged)
-        result = _dedupe(combined) if len(combined) > 1 else combined
-        _check_conjunct_limit(len(result), text)
-    return result
-
-
-def _check_conjunct_limit(count: int, text: str) -> None:
-    if count > MAX_CONJUNCTS:
-        raise ExpressionLimitError(
-            f"the expression expands to more than {MAX_CONJUNCTS} conjuncts in disjunctive "
-            "normal form; use 'in' lists or split it into several subscriptions",
-            text,
-        )
-
-
-def _dedupe(conjuncts: list[_RawConjunct]) -> list[_RawConjunct]:
-    seen: dict[tuple[Predicate, ...], _RawConjunct] = {}
-    for c in conjuncts:
-        seen.setdefault(tuple(sorted(c.values(), key=lambda p: p.attribute)), c)
-    return list(seen.values())
 
 
 def parse_expression(text: str) -> Expression:
@@ -836,15 +926,24 @@ def parse_expression(text: str) -> Expression:
 def parse_subscription(text: str) -> Subscription:
     """Parse and normalise a subscription.
 
-    Raises :class:`ExpressionError` for text that does not parse,
-    :class:`ExpressionLimitError` past the limits and :class:`UnsatisfiableError` when
-    no conjunct can ever be true.
+    Cost O(len(text)): parsing is linear and normalisation stops after
+    :data:`MAX_NORMALISATION_STEPS` steps. Raises :class:`ExpressionError` for text that
+    does not parse, :class:`ExpressionLimitError` past the limits and
+    :class:`UnsatisfiableError` when no conjunct can ever be true.
     """
     expression = parse_expression(text)
-    raw = _dnf(expression, text)
+    raw = _Normaliser(text).dnf(expression)
     conjuncts = tuple(
         Conjunct(tuple(sorted(c.values(), key=lambda p: p.attribute))) for c in raw
     )
     if not conjuncts:
         raise UnsatisfiableError(f"the expression can never be true: {text!r}", text)
+    total = sum(len(p.intervals) for c in conjuncts for p in c.predicates)
+    if total > MAX_NORMAL_FORM_INTERVALS:
+        raise ExpressionLimitError(
+            f"the expression has {total} intervals in its normal form, more than "
+            f"{MAX_NORMAL_FORM_INTERVALS}: its conjuncts repeat comparisons with many values; "
+            "split it into several subscriptions",
+            text,
+        )
     return Subscription(text, expression, conjuncts)
