@@ -22,7 +22,8 @@ jars: system-deps
 	scripts/fetch-jars.sh
 
 # The streaming service in the foreground: starts Kafka and Redis on 127.0.0.1:9092 and
-# :6379 when nothing answers there, creates the topics; Ctrl-C stops all it started.
+# :6379 when nothing answers there (or reuses those a previous run left in var/), creates
+# the topics. The servers outlive a crash of the job; Ctrl-C stops them too.
 run: $(STAMP) system-deps jars
 	$(VENV)/bin/psmatch run --start-local
 
