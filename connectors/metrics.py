@@ -29,12 +29,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
+from connectors.state import redis_retry_stats
 from index.errors import PsmatchError
 from streaming.records import REJECT_CODES
 
@@ -75,6 +78,18 @@ class MetricsServer:
 
 _SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 _ROWS_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+
+
+class _RedisRetries(Collector):
+    """``psmatch_redis_retries_total``: read from :func:`connectors.state.redis_retry_stats`
+    at each scrape (the retries happen in the state store, not in this module)."""
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "psmatch_redis_retries",
+            "Redis calls of the driver retried after a connection error or timeout.",
+            value=redis_retry_stats().retries,
+        )
 
 
 class ServiceMetrics:
@@ -199,6 +214,20 @@ class ServiceMetrics:
             "minus the end offset of the last batch, from the streaming query progress).",
             ["input"], registry=r,
         )  # fmt: skip
+        # -- outages (connectors.state, streaming.supervisor) -------------------------
+        self.query_restarts = Counter(
+            "psmatch_query_restarts",
+            "Times psmatch run restarted the streaming query from its checkpoint after it "
+            "failed on an infrastructure fault.",
+            registry=r,
+        )
+        self.redis_unavailable = Gauge(
+            "psmatch_redis_unavailable_seconds",
+            "How long the driver has been waiting for an unreachable Redis (0 when it answers).",
+            registry=r,
+        )
+        self.redis_unavailable.set_function(lambda: redis_retry_stats().waiting_seconds)
+        r.register(_RedisRetries())
         # Every labelled series exists from the start, at 0.
         for name in INPUTS:
             self.input_records.labels(name)

@@ -234,6 +234,7 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
                         delay, budget.used, cfg.query_max_restarts,
                         cfg.query_restart_window_seconds)  # fmt: skip
             time.sleep(delay)
+            metrics.query_restarts.inc()
             try:
                 spark = build_spark(cfg)
                 query = start_query(cfg, spark, on_report=metrics.observe_batch,

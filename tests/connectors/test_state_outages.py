@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from connectors.local import RedisServer
+from connectors.metrics import ServiceMetrics
 from connectors.state import (
     SourceChange,
     StateAuthenticationError,
@@ -81,6 +82,10 @@ def test_a_killed_redis_is_waited_out_and_nothing_is_lost_or_doubled(
     assert during.waiting_seconds > 1.0
     assert after.retries > before.retries and after.outages > before.outages
     assert after.waiting_seconds == 0.0
+    # what the driver's metrics endpoint exports
+    registry = ServiceMetrics().registry
+    assert registry.get_sample_value("psmatch_redis_retries_total") == after.retries
+    assert registry.get_sample_value("psmatch_redis_unavailable_seconds") == 0.0
 
 
 def test_an_outage_past_the_deadline_is_one_clear_error(
