@@ -39,7 +39,8 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        shown = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{shown}:{self.line}"
 
     def commands(self) -> list[tuple[str, str]]:
         """A console block as (command, expected output) pairs."""

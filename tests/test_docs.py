@@ -74,3 +74,18 @@ def test_python_sessions_run_as_doctests(path: Path) -> None:
 )
 def test_json_examples_parse(block: Block) -> None:
     assert isinstance(json.loads(block.text), dict)
+
+
+def test_blocks_markers_and_commands_are_read_as_described(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "Text.\n\n<!-- not executed: serves until Ctrl-C -->\n```sh\nmake run\n```\n\n"
+        "```console\n$ echo a\na\n$ true\n$ printf 'b\\nc\\n'\nb\nc\n```\n"
+    )
+    first, second = blocks(doc)
+    assert (first.language, first.line, first.not_executed) == ("sh", 5, "serves until Ctrl-C")
+    assert (second.language, second.not_executed) == ("console", None)
+    assert second.commands() == [("echo a", "a\n"), ("true", ""), ("printf 'b\\nc\\n'", "b\nc\n")]
+    doc.write_text("```console\noutput first\n$ true\n```\n")
+    with pytest.raises(ValueError, match="output before the first"):
+        blocks(doc)[0].commands()
