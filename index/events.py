@@ -1,11 +1,13 @@
 """Events: validation and flattening of the JSON objects producers publish.
 
 An event is a mapping from attribute to value. Nested objects flatten to dotted names
-(``{"user": {"age": 3}}`` is ``user.age = 3``) and ``null`` means the attribute is
-absent. Values must be ints in the 64-bit signed range, finite floats, strings or
-booleans; anything else (arrays, NaN, infinities, other types) makes the whole event
-invalid, reported as :class:`index.errors.EventError` naming the attribute, so that no
-matcher ever gives a silent wrong answer.
+(``{"user": {"age": 3}}`` is ``user.age = 3``), at most :data:`MAX_DEPTH` levels deep,
+and ``null`` means the attribute is absent. Values must be ints in the 64-bit signed
+range, finite floats, strings or booleans; subclasses of those and numpy scalars count
+as their exact Python equivalents and are stored as such. Anything else (arrays, NaN,
+infinities, other types, an attribute given both nested and dotted) makes the whole
+event invalid, reported as :class:`index.errors.EventError` naming the attribute, so
+that no matcher ever gives a silent wrong answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from index.errors import EventError
 from index.language import INT64_MAX, INT64_MIN, Value
 
@@ -21,7 +25,8 @@ FlatEvent = dict[str, Value]
 """A validated event: dotted attribute name to int, float, str or bool."""
 
 MAX_DEPTH = 32
-"""Deepest nesting of objects in an event."""
+"""Most levels of objects in an event, its own object counting as the first (the
+service's records obey the same limit, :data:`streaming.records.MAX_NESTING`)."""
 
 
 def flatten_event(event: Any, position: int | None = None) -> FlatEvent:
@@ -35,7 +40,7 @@ def flatten_event(event: Any, position: int | None = None) -> FlatEvent:
                          position=position)
     flat: FlatEvent = {}
     try:
-        _flatten_into(flat, event, "", 0)
+        _flatten_into(flat, event, "", 1)
     except EventError as error:
         if position is None:
             raise
@@ -45,7 +50,8 @@ def flatten_event(event: Any, position: int | None = None) -> FlatEvent:
 
 def _flatten_into(flat: FlatEvent, obj: Mapping[Any, Any], prefix: str, depth: int) -> None:
     if depth > MAX_DEPTH:
-        raise EventError(f"objects nested deeper than {MAX_DEPTH} levels", prefix.rstrip("."))
+        raise EventError(f"objects nested more than {MAX_DEPTH} levels deep (the event's own "
+                         "object is the first)", prefix.rstrip("."))
     for key, value in obj.items():
         if not isinstance(key, str):
             raise EventError(f"attribute names must be strings, not {type(key).__name__}",
@@ -56,26 +62,61 @@ def _flatten_into(flat: FlatEvent, obj: Mapping[Any, Any], prefix: str, depth: i
         if isinstance(value, Mapping):
             _flatten_into(flat, value, name + ".", depth + 1)
             continue
-        _check_value(name, value)
+        scalar = _scalar(name, value)
         if name in flat:
             raise EventError("given twice (once nested, once with a dotted name)", name)
-        flat[name] = value
+        flat[name] = scalar
 
 
-def _check_value(name: str, value: Any) -> None:
-    if isinstance(value, bool | str):
-        return
-    if isinstance(value, int):
-        if not INT64_MIN <= value <= INT64_MAX:
-            raise EventError(f"integer {value} is outside the 64-bit signed range", name)
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise EventError(f"{value} is not a finite number", name)
-        return
-    if isinstance(value, list | tuple):
+_SCALARS = (bool, str, int, float)
+"""The Python types of event values; bool first, as it is a subclass of int."""
+
+
+def _scalar(name: str, value: Any) -> Value:
+    """``value`` as the plain Python scalar matchers compare, or :class:`EventError`.
+
+    Subclasses of the scalar types and numpy scalars become their exact Python
+    equivalents (``np.bool_`` a bool, ``np.int64`` an int, ``np.float32`` a float,
+    ``np.str_`` a str); a value without an exact equivalent is refused by its numpy name.
+    """
+    cls = value.__class__
+    if cls not in _SCALARS:
+        value = _builtin(name, value)
+        cls = value.__class__
+    if cls is int and not INT64_MIN <= value <= INT64_MAX:
+        raise EventError(f"integer {value} is outside the 64-bit signed range", name)
+    if cls is float and not math.isfinite(value):
+        raise EventError(f"{value} is not a finite number", name)
+    return value
+
+
+def _builtin(name: str, value: Any) -> Value:
+    if isinstance(value, np.generic):
+        value = _from_numpy(name, value)
+    for scalar in _SCALARS:
+        if isinstance(value, scalar):
+            return scalar(value)
+    if isinstance(value, list | tuple | np.ndarray):
         raise EventError("arrays are not supported as attribute values", name)
     raise EventError(
-        f"values must be numbers, strings, booleans or objects, not {type(value).__name__}",
+        f"values must be numbers, strings, booleans or objects, not {_type_name(value)}",
         name,
     )
+
+
+def _from_numpy(name: str, value: np.generic) -> Any:
+    """The Python scalar equal to a numpy scalar; other numpy values are returned as is."""
+    if isinstance(value, np.bool_ | np.integer | np.str_):
+        return value.item()
+    if isinstance(value, np.floating):
+        number = float(value)
+        # float16, float32 and float64 convert exactly; a longdouble may not.
+        if math.isfinite(number) and value.dtype.type(number) != value:
+            raise EventError(f"{_type_name(value)} {value} has no exact float equivalent", name)
+        return number
+    return value
+
+
+def _type_name(value: Any) -> str:
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__name__}"

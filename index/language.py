@@ -16,7 +16,14 @@ strings or booleans) plus, for strings, residual ``like`` patterns that are not 
 (suffix and contains). Every operator maps onto that shape, which is what lets one
 predicate-space tree per attribute serve them all.
 
-Errors are :class:`index.errors.ExpressionError` (a ``ValueError``) naming the position.
+Whatever the mix of operators, parsing costs O(len(text)) and normalisation at most
+:data:`MAX_NORMALISATION_STEPS` steps: interval sets intersect by a sorted merge, and
+the limits (text, nesting, comparisons, in-list values, conjuncts, intervals per
+predicate, steps) are checked as the parser or normalisation reaches them; only the
+normal form's total of intervals is checked once it is complete.
+
+Errors are :class:`index.errors.ExpressionError` (a ``ValueError``) naming the position;
+past a limit, :class:`index.errors.ExpressionLimitError`.
 """
 
 from __future__ import annotations
@@ -77,7 +84,7 @@ def kind_of(value: Value) -> Kind:
 _TOKEN_RE = re.compile(
     r"""
     \s*(?:
-    (?P<number>[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)
+    (?P<number>[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][-+]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]+)*)
   | (?P<plain_string>'[^'\\]*'|"[^"\\]*")
   | (?P<string>'|")
@@ -87,6 +94,7 @@ _TOKEN_RE = re.compile(
     """,
     re.VERBOSE,
 )
+"""Only ASCII digits form numbers (``\\d`` would take any Unicode digit, such as ``１``)."""
 
 _KEYWORDS = frozenset({"and", "or", "not", "in", "between", "like", "true", "false"})
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
@@ -99,7 +107,11 @@ KIND, TEXT, VALUE, POSITION = range(4)
 
 
 def _read_string(text: str, start: int) -> tuple[str, int]:
-    """Read a quoted string whose opening quote is at ``start``; return (value, end)."""
+    """Read a quoted string whose opening quote is at ``start``; return (value, end).
+
+    ``\\uXXXX`` escapes decode as in JSON: a high surrogate followed by a low one is one
+    code point; a surrogate escape on its own is refused, as it encodes no character.
+    """
     quote = text[start]
     out: list[str] = []
     i = start + 1
@@ -115,10 +127,20 @@ def _read_string(text: str, start: int) -> tuple[str, int]:
                 out.append(_ESCAPES[esc])
                 i += 2
             elif esc == "u":
-                digits = text[i + 2 : i + 6]
-                if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
-                    raise ExpressionError("\\u must be followed by 4 hex digits", text, i)
-                out.append(chr(int(digits, 16)))
+                code = _hex4(text, i)
+                if 0xDC00 <= code <= 0xDFFF:
+                    raise ExpressionError(
+                        f"\\u{code:04X} is a low surrogate without a high surrogate before it",
+                        text, i)
+                if 0xD800 <= code <= 0xDBFF:
+                    low = _hex4(text, i + 6) if text.startswith("\\u", i + 6) else -1
+                    if not 0xDC00 <= low <= 0xDFFF:
+                        raise ExpressionError(
+                            f"\\u{code:04X} is a high surrogate not followed by a low surrogate "
+                            "escape (\\uDC00 to \\uDFFF)", text, i)
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                    i += 6
+                out.append(chr(code))
                 i += 6
             else:
                 raise ExpressionError(f"unknown escape \\{esc}", text, i)
@@ -128,17 +150,31 @@ def _read_string(text: str, start: int) -> tuple[str, int]:
     raise ExpressionError("unterminated string", text, start)
 
 
+def _hex4(text: str, i: int) -> int:
+    """The code of the ``\\uXXXX`` escape at ``i``."""
+    digits = text[i + 2 : i + 6]
+    if len(digits) != 4 or not all(c in "0123456789abcdefABCDEF" for c in digits):
+        raise ExpressionError("\\u must be followed by 4 hex digits", text, i)
+    return int(digits, 16)
+
+
 def _number(literal: str, text: str, position: int) -> int | float:
+    shown = literal if len(literal) <= 40 else f"{literal[:20]}... ({len(literal)} characters)"
     if "." not in literal and "e" not in literal and "E" not in literal:
-        value = int(literal)
+        # More than 19 significant digits is out of range whatever they are; counting
+        # first also spares int() its 4,300-digit limit (a plain ValueError), which
+        # counts leading zeros too.
+        sign = literal[0] if literal[0] in "+-" else ""
+        digits = literal.lstrip("+-").lstrip("0") or "0"
+        value = int(sign + digits) if len(digits) <= 19 else INT64_MAX + 1
         if not INT64_MIN <= value <= INT64_MAX:
             raise ExpressionError(
-                f"integer {literal} is outside the 64-bit signed range", text, position
+                f"integer {shown} is outside the 64-bit signed range", text, position
             )
         return value
     number = float(literal)
     if not math.isfinite(number):
-        raise ExpressionError(f"number {literal} is not a finite float", text, position)
+        raise ExpressionError(f"number {shown} is not a finite float", text, position)
     return number
 
 

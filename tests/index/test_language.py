@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from index import make_matcher
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
+from index.events import flatten_event
 from index.language import (
     MAX_CONJUNCTS,
     Interval,
@@ -129,3 +133,56 @@ def test_deep_nesting_is_a_clear_error():
 def test_unsatisfiable_expression_is_rejected():
     with pytest.raises(UnsatisfiableError, match="never be true"):
         parse_subscription("a > 5 and a < 3")
+
+
+@pytest.mark.parametrize("digits", ["9" * 4301, "1" * 60_000, "-" + "9" * 5000])
+def test_an_integer_literal_of_any_length_is_an_expression_error_with_a_position(digits):
+    # CPython refuses to convert more than 4,300 digits with a plain ValueError.
+    with pytest.raises(ExpressionError) as info:
+        parse_subscription(f"a = {digits}")
+    assert info.value.position == 4
+    assert "64-bit" in str(info.value)
+
+
+def test_leading_zeros_do_not_count_towards_an_integer_literal():
+    (predicate,) = parse_subscription(f"a = -{'0' * 5000}7").conjuncts[0].predicates
+    assert predicate.intervals[0].lo == -7
+
+
+def test_a_surrogate_pair_escape_is_one_code_point_as_in_json():
+    escaped = r"\uD83D\uDE00"
+    (predicate,) = parse_subscription(f"e = '{escaped}'").conjuncts[0].predicates
+    assert predicate.intervals[0].lo == "\U0001F600" == json.loads(f'"{escaped}"')
+    subscription = parse_subscription(f"e = '{escaped}'")
+    assert subscription.evaluate(flatten_event(json.loads(f'{{"e": "{escaped}"}}')))
+    matcher = make_matcher("psthash")
+    matcher.add("smile", subscription)
+    assert matcher.match({"e": "\U0001F600"}) == {"smile"}
+
+
+@pytest.mark.parametrize(("literal", "position"), [
+    (r"'\uD83D'", 5),             # high surrogate at the end
+    (r"'\uD83Dx'", 5),            # high surrogate before a character
+    (r"'\uD83D\n'", 5),           # high surrogate before another escape
+    (r"'\uD83D\uD83D'", 5),       # two high surrogates
+    (r"'\uDE00'", 5),             # low surrogate alone
+    (r"'x\uDE00\uD83D'", 6),      # pair in the wrong order
+])
+def test_a_lone_surrogate_escape_is_refused(literal, position):
+    with pytest.raises(ExpressionError) as info:
+        parse_subscription(f"e = {literal}")
+    assert info.value.position == position
+    assert "surrogate" in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "position"), [
+    ("a = \uff11", 4),            # FULLWIDTH DIGIT ONE
+    ("a = 1\u0662", 5),           # ARABIC-INDIC DIGIT TWO after an ASCII digit
+    ("a in (1, \u0967)", 9),      # DEVANAGARI DIGIT ONE
+    ("a = 1e\uff15", 6),          # fullwidth digit in an exponent (1, then the name e)
+])
+def test_only_ascii_digits_form_numbers(text, position):
+    with pytest.raises(ExpressionError) as info:
+        parse_subscription(text)
+    assert info.value.position == position
+    assert "unexpected" in str(info.value)
