@@ -244,7 +244,7 @@ def _worker(spec: str) -> None:
     cpu, wall = time.process_time(), time.perf_counter()
     report = run()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    report.update(cpu_s=cpu, wall_s=wall, peak_mb=(_peak_kib() - base) / 1024)
+    report.update(cpu_s=cpu, wall_s=wall, peak_mb=max(0, _peak_kib() - base) / 1024)
     print(json.dumps(report))
 
 
