@@ -302,7 +302,7 @@ def case_parser(args: argparse.Namespace, limits: Limits) -> str:
     for name in EXPRESSIONS:
         result = measure("parse", "-", limits, expression=name)
         results.append({"expression": name, **result})
-    worst = max((r.get("cpu_s", float("inf")) for r in results[3:]), default=float("inf"))
+    worst = max(r.get("cpu_s", float("inf")) for r in results)
     verdict = "met" if worst < 1.0 else "not met"
     return (
         "Parsing and normalising (`parse_subscription`) adversarial expressions: the issue's "
@@ -312,7 +312,7 @@ def case_parser(args: argparse.Namespace, limits: Limits) -> str:
         "crossed.\n\n"
         + _rows(results, ["expression", "chars", "cpu_s", "wall_s", "peak_mb", "outcome"])
         + f"\n\nTarget: a 64 KiB expression of any operators parses within 1 s on one core. "
-        f"Worst CPU time of the 64 KiB mixes: {worst:.3f} s: **{verdict}**."
+        f"Worst CPU time: {worst:.3f} s: **{verdict}**."
     )
 
 
