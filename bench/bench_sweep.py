@@ -1,8 +1,9 @@
 """Sweep ``bench/bench_matchers.py`` over BE-Gen workloads and write ``docs/benchmarks.md``.
 
 This script owns ``docs/benchmarks.md`` and the plots ``docs/benchmarks-*.png``. It reproduces
-the *shape* of the PS-Tree paper's evaluation (section 7 of
-``../shared/papers/ps-tree-pstbloom-psthash.txt``): dense vs sparse, Zipf attribute choice,
+the *shape* of the evaluation (section 7) of Ji & Jacobsen, "PS-Tree-Based Efficient Boolean
+Expression Matching for High-Dimensional and Dense Workloads", PVLDB 12(3), 2018: dense vs
+sparse, Zipf attribute choice,
 equality ratio, matching probability and subscription count.
 
 It never imports a matcher: each workload point is one subprocess call of

@@ -3,7 +3,8 @@
 A matcher stores subscriptions (Boolean expressions in the text form of
 :mod:`index.language`, each under a caller-chosen id) and answers, for an event or a
 batch of events, which subscriptions the event satisfies under the semantics of
-:mod:`index.semantics`. Subclasses implement the four ``_``-prefixed hooks; the public
+:mod:`index.language` and :mod:`index.events`. Subclasses implement the ``_``-prefixed
+hooks (the indexes through :class:`index.core.pipeline.IndexedMatcher`); the public
 methods here parse, validate and keep the id mapping so that every matcher reports
 errors and replacements identically.
 """
@@ -22,7 +23,29 @@ from index.language import Conjunct, Subscription, parse_subscription
 
 @dataclass(frozen=True, slots=True)
 class MatcherStats:
-    """Size of an index: what ``Matcher.stats()`` returns."""
+    """Size of an index: what ``Matcher.stats()`` returns, the same for every matcher.
+
+    ``subscriptions``
+        Live subscription ids.
+    ``conjuncts``
+        Live conjuncts: the disjuncts of the subscriptions' normal forms
+        (:class:`index.language.Conjunct`), each stored once per subscription.
+    ``predicates``
+        Predicates of the live conjuncts in the normal form, one per attribute a
+        conjunct constrains (``a > 1 and a < 5`` is one predicate, ``a = 1 or a = 2``
+        one per conjunct), counted once per conjunct that holds them. The same
+        expressions give the same count in every matcher, whatever the matcher files
+        (paper predicates, intervals, entries).
+    ``spaces``
+        Live predicate spaces of the PS-Tree forest (the ``2m + 1`` cells that the
+        ``m`` distinct bounds of an (attribute, kind) cut its domain into, see
+        :mod:`index.pstree.forest`) for the matchers built on it (``pstbloom``,
+        ``psthash``, ``opindex``, ``betree``); 0 for the others.
+    ``estimated_bytes``
+        Estimated memory of the matcher's structures: the exact ``nbytes`` of every
+        numpy column plus a documented per-object estimate for what is kept as Python
+        objects; the subscription id map every matcher shares is not included.
+    """
 
     subscriptions: int
     conjuncts: int

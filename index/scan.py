@@ -38,7 +38,8 @@ class ScanMatcher(Matcher):
         subs = self._subscriptions.values()
         conjuncts = sum(len(s.conjuncts) for s in subs)
         predicates = sum(s.predicate_count for s in subs)
-        # Frozen dataclasses in tuples: roughly 200 bytes per predicate and conjunct.
+        # The parsed subscriptions are frozen dataclasses in tuples: roughly 200 bytes
+        # per predicate and conjunct.
         return MatcherStats(len(subs), conjuncts, predicates, 0, 200 * (conjuncts + predicates))
 
     def check(self) -> None:

@@ -1,7 +1,9 @@
 """BE-Tree (Sadoghi & Jacobsen, SIGMOD 2011): space partitioning and space clustering.
 
-Owns the BE-Tree matcher (be-tree.txt, sections 4-6) with the corrections of
-``NOTES.md``. The structure is the paper's:
+Owns the BE-Tree matcher of "BE-Tree: An Index Structure to Efficiently Match Boolean
+Expressions over High-dimensional Discrete Space" (Sadoghi & Jacobsen, SIGMOD 2011,
+sections 4-6), with the paper's errors corrected where they apply below. The
+structure is the paper's:
 
 * a *c-node* holds an *l-node* (the conjuncts stored there, with its capacity
   ``max_cap^j``) and a *p-directory* (a dict attribute -> p-node); the root is a c-node;
@@ -30,7 +32,7 @@ into the one child whose range holds the event's value ("IsEnclosed(event, child
 
 Domains. BE-Tree assumes discrete finite domains ``[v_min, v_max]``; here each
 (attribute, kind) has the PS-Tree forest's order-preserving encoding
-(:class:`index.pstree.Forest`): the distinct operand values ``b_0 < ... < b_{m-1}`` of
+(:class:`index.pstree.forest.Forest`): the distinct operand values ``b_0 < ... < b_{m-1}`` of
 the stored predicates give the finite discrete domain of positions ``0 .. 2m``
 (``2i`` the gap below ``b_i``, ``2i + 1`` the value ``b_i``), which takes unbounded
 numbers, floats, ints beyond 2**53, strings and booleans alike. The domain grows as
@@ -62,17 +64,15 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
 from itertools import chain
 
 import numpy as np
 
+from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
-from index.language import Subscription, Value, kind_of
-from index.matcher import Matcher, MatcherStats
-from index.pstree.forest import Forest
-from index.pstree.matcher import POSITION_CELLS
-from index.pstree.store import ConjunctStore
+from index.language import Value, kind_of
+from index.pstree.matcher import ForestMatcher
+from index.pstree.store import InsertedConjuncts
 
 MAX_CAP = 5
 """``max_cap``: the paper's leaf capacity for matching probabilities below 1% (Table 4)."""
@@ -122,15 +122,13 @@ class PNode:
         self.root = CNode(parent.used | {tree}, self)
 
 
-class BETreeMatcher(Matcher):
+class BETreeMatcher(ForestMatcher):
     """BE-Tree over the PS-Tree forest's value encoding, with exact leaf checks."""
 
     name = "betree"
 
     def __init__(self) -> None:
         super().__init__()
-        self.forest = Forest()
-        self.store = ConjunctStore(self.forest)
         self.root = CNode(frozenset())
         self._node_of: dict[int, CNode] = {}
 
@@ -170,16 +168,11 @@ class BETreeMatcher(Matcher):
 
     # -- insertion ---------------------------------------------------------------------
 
-    def _insert(self, slot: int, subscription: Subscription) -> None:
-        self._insert_many([(slot, subscription)])
-
-    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = self._conjuncts_of(batch)
-        inserted = self.store.insert_many(slots, conjuncts)
+    def _file_rows(self, inserted: InsertedConjuncts) -> None:
         for cid in inserted.cids.tolist():
-            self._file(cid)
+            self._file_one(cid)
 
-    def _file(self, cid: int) -> None:
+    def _file_one(self, cid: int) -> None:
         """InsertBETree / InsertCDir: one path down, then settle any overflow."""
         hulls = self._hulls(cid)
         node = self.root
@@ -265,18 +258,16 @@ class BETreeMatcher(Matcher):
 
     # -- deletion ----------------------------------------------------------------------
 
-    def _delete(self, slot: int) -> None:
-        for cid in self.store.unlink(slot):
+    def _unfile_rows(self, cids: list[int]) -> None:
+        for cid in cids:
             node = self._node_of.pop(cid)
             self._take(cid, node, self._hulls(cid))
-            self.store.remove(cid)
             above = node
             while above.pnode is not None:
                 above.pnode.score -= 1
                 above = above.pnode.parent
             node.capacity = _capacity(len(node.lnode))
             self._tidy(node)
-        self.store.reclaim()  # no l-node refers to the removed cids any more
 
     def _tidy(self, node: CNode) -> None:
         """Merge rule and removal of empty directories, from ``node`` upward."""
@@ -305,30 +296,17 @@ class BETreeMatcher(Matcher):
 
     # -- matching ----------------------------------------------------------------------
 
-    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
-        located = self.forest.locate_events(events)
-        n_trees = max(len(self.forest.trees), 1)
-        chunk = max(1, POSITION_CELLS // n_trees)
-        found_e, found_c = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-        for first in range(0, len(events), chunk):
-            last = min(first + chunk, len(events))
-            in_chunk = (located.event >= first) & (located.event < last)
-            positions = np.full((last - first, n_trees), -1, dtype=np.int32)
-            positions[located.event[in_chunk] - first, located.tree[in_chunk]] = (
-                located.position[in_chunk])
-            lists, owners = [], []
-            for e in range(first, last):
-                reached = self._reach(events[e])
-                lists.extend(reached)
-                owners.append(np.full(sum(len(r) for r in reached), e - first, np.int64))
-            cids = np.fromiter(chain.from_iterable(lists), dtype=np.int64)
-            e, c = self.store.verify(np.concatenate(owners), cids, 0, positions, events, first)
-            found_e.append(e + first)
-            found_c.append(c)
-        e, c = np.concatenate(found_e), np.concatenate(found_c)
-        slots = self.store.slot.data[c]
-        order = np.argsort(e, kind="stable")
-        return np.split(slots[order], np.searchsorted(e[order], np.arange(1, len(events))))
+    def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
+        """The conjuncts of the l-nodes each event reaches; none of their predicates is
+        checked yet (the leaf check is the verification)."""
+        lists, owners = [], []
+        for e in range(first, last):
+            reached = self._reach(batch.events[e])
+            lists.extend(reached)
+            owners.append(np.full(sum(len(r) for r in reached), e - first, np.int64))
+        cids = np.fromiter(chain.from_iterable(lists), dtype=np.int64)
+        events = np.concatenate(owners) if owners else np.empty(0, np.int64)
+        return Candidates(events, cids, len(cids), np.zeros(len(cids), dtype=np.int32))
 
     def _reach(self, event: FlatEvent) -> list[set[int]]:
         """MatchBETree / SearchCDir: the non-empty l-nodes the event reaches."""
@@ -372,32 +350,19 @@ class BETreeMatcher(Matcher):
                 stack.extend((node.left, node.right))  # type: ignore[arg-type]
         return nodes
 
-    def stats(self) -> MatcherStats:
+    def _family_bytes(self) -> int:
         nodes = self._nodes()
         members = sum(len(n.lnode) for n in nodes)
         pnodes = sum(len(n.pdir) for n in nodes)
         # Rough CPython sizes: a c-node with its set and dicts ~600 B, a p-node ~120 B,
         # ~60 B per l-node member (set slot, int, node_of entry).
-        tree_bytes = 600 * len(nodes) + 120 * pnodes + 60 * members
-        forest = self.forest
-        spaces = forest.spaces
-        forest_bytes = (spaces.tree.nbytes + spaces.predicate_counter.nbytes
-                        + spaces.event_counter.nbytes + spaces.alive.nbytes
-                        + forest.bound_tree.nbytes + forest.bound_rank.nbytes
-                        + sum(t.hi.nbytes + t.lo.nbytes + t.space_ids.nbytes + t.bound_ids.nbytes
-                              + t.refs.nbytes + 8 * len(t.values) for t in forest.trees))
-        return MatcherStats(len(self), self.store.live, self.store.live_predicates, len(nodes),
-                            int(tree_bytes + forest_bytes + self.store.nbytes))
+        return 600 * len(nodes) + 120 * pnodes + 60 * members
 
     def check(self) -> None:
-        self.forest.check()
-        self.store.check()
-        store = self.store
-        assert store.live == len(self._node_of)
-        for slot in self._slot_of.values():
-            assert store.cids_of(slot), f"subscription in slot {slot} has no conjunct"
+        super().check()
+        assert self.registry.live == len(self._node_of)
         seen = self._check_node(self.root)
-        assert seen == store.live, "conjuncts missing from the tree"
+        assert seen == self.registry.live, "conjuncts missing from the tree"
 
     def _check_node(self, node: CNode) -> int:
         """Assert the invariants below ``node``; returns the conjuncts stored there."""

@@ -4,16 +4,16 @@ Owns counting's phase-2 structure on top of Le Subscribe's phase 1
 (:class:`index.baselines.predicate_index.PredicateIndex`):
 
 * the *association table*: for each predicate id, the conjuncts that contain it (one
-  entry per occurrence), a :class:`index.baselines.predicate_index.SortedEntries` keyed by pid
+  entry per occurrence), a :class:`index.baselines.sorted_entries.SortedEntries` keyed by pid
   whose dense directory finds a pid's conjuncts in O(1).
 
 Matching a chunk of events: phase 1 gives the satisfied (event, pid) pairs; each
 satisfied predicate adds one hit to every conjunct containing it, and a conjunct
 matches when its hits equal its number of paper predicates
-(:func:`index.baselines.predicate_index.count_complete`). ``between`` and ``like 'ab%'`` count as
+(:func:`index.baselines.two_phase.count_complete`). ``between`` and ``like 'ab%'`` count as
 two predicates on one attribute; the count keeps that multiplicity because hits are
 (event, conjunct) pairs, not sets. Conjuncts with a residual condition (see
-:func:`index.baselines.predicate_index.decompose`) are verified after.
+:func:`index.baselines.paper_predicates.decompose`) are verified after.
 
 Deletion (not in the paper): a removed conjunct's size becomes -1 so its count never
 completes; its predicates lose a reference (the last one takes the predicate out of
@@ -34,7 +34,6 @@ from index.baselines.predicate_index import PredicateIndex
 from index.baselines.sorted_entries import SortedEntries, expected_entries
 from index.baselines.two_phase import TwoPhaseMatcher, count_complete
 from index.events import FlatEvent
-from index.matcher import MatcherStats
 
 
 class CountingMatcher(TwoPhaseMatcher):
@@ -47,34 +46,32 @@ class CountingMatcher(TwoPhaseMatcher):
         self.predicates = PredicateIndex()
         self.associations = SortedEntries(None)
 
-    def _file(self, cid: int, predicates: list[PaperPredicate]) -> None:
+    def _file_predicates(self, cid: int, predicates: list[PaperPredicate]) -> None:
         for predicate in predicates:
             self.associations.add(self.predicates.acquire(predicate), cid)
 
-    def _unfile(self, cid: int, predicates: list[PaperPredicate]) -> None:
+    def _unfile_predicates(self, cid: int, predicates: list[PaperPredicate]) -> None:
         for predicate in predicates:
             self.predicates.release(self.predicates.pid_of[predicate])
 
     def _prepare(self) -> None:
         self.predicates.refresh()
         if self.associations.dirty:
-            self.associations.build(self.table.alive.data)
+            self.associations.build(self.registry.alive.data)
 
     def _purge(self) -> None:
         self.associations.mark_dead()
         self._prepare()
         self.predicates.reclaim()
 
-    def _match_chunk(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
+    def _complete(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
         ev, pids = self.predicates.satisfied(events)
         query, position = self.associations.equal((pids,))
-        e, c = count_complete(ev[query], self.associations.owners[position], self.table)
+        e, c = count_complete(ev[query], self.associations.owners[position], self.size.data)
         return e, c, len(position)
 
-    def stats(self) -> MatcherStats:
-        total = self.predicates.nbytes + self.associations.nbytes + self.table.nbytes
-        return MatcherStats(len(self), self.table.live, self.table.live_predicates,
-                            self.predicates.live, int(total))
+    def _structure_bytes(self) -> int:
+        return self.predicates.nbytes + self.associations.nbytes + self._conjunct_bytes()
 
     def check(self) -> None:
         super().check()
@@ -82,5 +79,5 @@ class CountingMatcher(TwoPhaseMatcher):
         self.associations.check()
         pid_of = self.predicates.pid_of
         expected = expected_entries(None, ((pid_of[p], cid) for cid, ps in
-                                           self.table.predicates() for p in ps))
-        assert self.associations.live(self.table.alive.data) == expected
+                                           self.live_conjuncts() for p in ps))
+        assert self.associations.live(self.registry.alive.data) == expected

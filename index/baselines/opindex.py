@@ -1,6 +1,8 @@
 """OpIndex (Zhang, Chan & Tan, PVLDB 7(8), 2014): pivot attributes, operator lists, counting.
 
-Owns the OpIndex matcher. Its two levels map onto the paper (opindex.txt, sections 4-6):
+Owns the OpIndex matcher of "An Efficient Publish/Subscribe Index for E-Commerce
+Databases" (Zhang, Chan & Tan, PVLDB 7(8), 2014). Its two levels map onto the paper's
+sections 4-6:
 
 * *Level 1, subscription partitioning*: every conjunct (a DNF conjunct is a subscription
   of its own, section 6.1) gets one *pivot attribute* ``delta_S``, the attribute of its
@@ -16,7 +18,7 @@ Owns the OpIndex matcher. Its two levels map onto the paper (opindex.txt, sectio
   directory from (pivot, attribute) to its blocks is a :class:`index.core.multimap.MultiMap`.
 
 The value domain of each (attribute, kind) is the order-preserving encoding of the
-PS-Tree forest (:class:`index.pstree.Forest`): the distinct operands ``b_0 < ... <
+PS-Tree forest (:class:`index.pstree.forest.Forest`): the distinct operands ``b_0 < ... <
 b_{m-1}`` of all predicates give positions ``2i`` (the gap below ``b_i``) and ``2i + 1``
 (``b_i`` itself), so ints beyond 2**53, floats, strings and booleans all compare as
 small integers. An operand is stored as its bound id and turned into a position
@@ -71,17 +73,16 @@ for the block searches plus O(matched entries + counter slots of the pivots pres
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
 from index.core.multimap import MultiMap
+from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
-from index.language import Subscription
-from index.matcher import Matcher, MatcherStats
-from index.pstree.forest import Forest
-from index.pstree.store import ConjunctStore, evaluate_flagged
+from index.pstree.matcher import ForestBatch, ForestMatcher
+from index.pstree.store import InsertedConjuncts
 
 EQ, GE, LE = 0, 1, 2
 """The operator lists; a block id is ``3 * directory row + operator``."""
@@ -89,10 +90,6 @@ UNBOUNDED = np.int64(2**31 - 1)
 """Threshold of an always-true ``<=`` entry: above every position."""
 DELTA_MIN = 4096
 """The delta run is merged into main once it exceeds this and an eighth of main."""
-PURGE_MIN = 1024
-"""Tombstoned conjuncts are purged once they exceed this and a quarter of the index."""
-WORK_CELLS = 1 << 21
-"""Most counter slots and (pivot, pair) combinations handled in one step of a batch."""
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -168,15 +165,13 @@ def _empty_run() -> _Run:
     return _Run(empty, empty, empty, empty, empty)
 
 
-class OpIndexMatcher(Matcher):
+class OpIndexMatcher(ForestMatcher):
     """Two-level OpIndex: pivot subscription lists, then sorted operator lists."""
 
     name = "opindex"
 
     def __init__(self) -> None:
         super().__init__()
-        self.forest = Forest()
-        self.store = ConjunctStore(self.forest)
         # Level 1: per conjunct its pivot tree, counter slot in V_pivot and target count.
         self.pivot = GrowableArray(np.int64)
         self.counter_slot = GrowableArray(np.int64)
@@ -192,20 +187,9 @@ class OpIndexMatcher(Matcher):
         self.main = _empty_run()
         self._delta = _new_delta()
         self._delta_run: _Run | None = None
-        self._ranks_changed = False
-        self._dead = 0
+        self._ranked_version = self.forest.version  # the ranks main's keys were made with
 
     # -- insertion ---------------------------------------------------------------------
-
-    def _insert(self, slot: int, subscription: Subscription) -> None:
-        self._insert_many([(slot, subscription)])
-
-    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = self._conjuncts_of(batch)
-        spaces_before = self.forest.spaces.live
-        inserted = self.store.insert_many(slots, conjuncts)
-        self._ranks_changed |= self.forest.spaces.live != spaces_before
-        self._file(inserted.cids)
 
     def _grow_tree_columns(self) -> None:
         n = len(self.forest.trees)
@@ -214,10 +198,10 @@ class OpIndexMatcher(Matcher):
             self.list_size = np.concatenate([self.list_size, np.zeros(grow, np.int64)])
             self.attribute_use = np.concatenate([self.attribute_use, np.zeros(grow, np.int64)])
 
-    def _file(self, cids: np.ndarray) -> None:
+    def _file_rows(self, inserted: InsertedConjuncts) -> None:
         """Algorithm 1 for a batch of new conjuncts, vectorised: choose each pivot, take a
         counter slot in its ``V_pivot``, append the entries to the delta run."""
-        store = self.store
+        store, cids = self.store, inserted.cids
         self._grow_tree_columns()
         owner, pids = expand_ranges(store.pred_start.data[cids], store.pred_count.data[cids])
         trees = store.pred_tree.data[pids].astype(np.int64)
@@ -267,11 +251,9 @@ class OpIndexMatcher(Matcher):
                          _signature_bit(self._point_sids(trees[eq_pred], lo[point])))
         self._delta_run = None
         conj_need = np.bincount(owner, weights=need, minlength=len(cids)).astype(np.int64)
-        for column, values in ((self.pivot, pivots), (self.counter_slot, counter_slot),
-                               (self.need, conj_need)):
-            fresh = cids >= len(column)
-            column.extend(values[fresh])  # new cids are the highest, in increasing order
-            column.data[cids[~fresh]] = values[~fresh]
+        self.pivot.put(cids, pivots)
+        self.counter_slot.put(cids, counter_slot)
+        self.need.put(cids, conj_need)
 
     def _rows_of(self, keys: np.ndarray) -> np.ndarray:
         """Directory rows of (pivot << 32 | attribute) keys, creating the new ones."""
@@ -299,32 +281,28 @@ class OpIndexMatcher(Matcher):
 
     # -- deletion ----------------------------------------------------------------------
 
-    def _delete(self, slot: int) -> None:
+    def _unfile_rows(self, cids: list[int]) -> None:
+        """The conjuncts leave the attribute counts; their entries are tombstones until
+        the purge (dead conjuncts are dropped when counted)."""
         store = self.store
-        spaces_before = self.forest.spaces.live
-        for cid in store.unlink(slot):
+        for cid in cids:
             start = int(store.pred_start.data[cid])
             trees = store.pred_tree.data[start : start + int(store.pred_count.data[cid])]
             self.attribute_use[trees] -= 1
-            store.remove(cid)
-            self._dead += 1
-        self._ranks_changed |= self.forest.spaces.live != spaces_before
-        if self._dead > max(PURGE_MIN, store.live // 4):
-            self._purge()
 
     def _purge(self) -> None:
-        """Rebuild lists, signatures and counter slots without the removed conjuncts,
-        then let the store reuse their cids. O(n log n)."""
-        store = self.store
+        """Rebuild lists, signatures and counter slots without the removed conjuncts.
+        O(n log n)."""
+        alive = self.registry.alive
         block, bid, offset, cid = self._all_entries()
-        keep = store.alive.data[cid]
+        keep = alive.data[cid]
         self.main = _Run(block[keep], bid[keep], offset[keep], cid[keep],
                          self.forest.bound_rank)
         self._delta = _new_delta()
         self._delta_run = None
-        self._ranks_changed = False
+        self._ranked_version = self.forest.version
         self.signature.replace(self._signatures())
-        live = np.flatnonzero(store.alive.view())
+        live = np.flatnonzero(alive.view())
         pivots = self.pivot.data[live]
         by_pivot = np.argsort(pivots, kind="stable")
         sorted_pivots = pivots[by_pivot]
@@ -332,13 +310,12 @@ class OpIndexMatcher(Matcher):
         slots[by_pivot] = np.arange(len(live)) - np.searchsorted(sorted_pivots, sorted_pivots)
         self.counter_slot.data[live] = slots
         self.list_size = np.bincount(pivots, minlength=len(self.list_size)).astype(np.int64)
-        self._dead = 0
-        store.reclaim()
+        super()._purge()
 
     def _signatures(self) -> np.ndarray:
         """Every '=' segment's signature, from the entries of the main and delta runs."""
         block, bid, _, cid = self._all_entries()
-        eq = np.flatnonzero((block % 3 == EQ) & self.store.alive.data[cid])
+        eq = np.flatnonzero((block % 3 == EQ) & self.registry.alive.data[cid])
         rows = block[eq] // 3
         signature = np.zeros(len(self.signature), dtype=np.uint64)
         sids = self._point_sids(self.row_tree.data[rows], bid[eq])
@@ -360,45 +337,43 @@ class OpIndexMatcher(Matcher):
             self.main = _Run(block, bid, offset, cid, rank)
             self._delta = _new_delta()
             self._delta_run = None
-            self._ranks_changed = False
-        if self._ranks_changed:
-            self.main.rekey(rank, self.store.alive.data)
+            self._ranked_version = self.forest.version
+        if self._ranked_version != self.forest.version:
+            self.main.rekey(rank, self.registry.alive.data)
             self._delta_run = None
-            self._ranks_changed = False
+            self._ranked_version = self.forest.version
         if self._delta_run is None:
             self._delta_run = _Run(*(c.view() for c in self._delta), rank)
         return [run for run in (self.main, self._delta_run) if len(run)]
 
-    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
-        runs = self._runs()
-        located = self.forest.locate_events(events)
-        order = np.argsort(located.event, kind="stable")
-        ev, tree = located.event[order], located.tree[order]
-        pos, sid = located.position[order], located.sid[order]
-        pair_start = np.searchsorted(ev, np.arange(len(events) + 1))
-        pivots = np.flatnonzero(self.list_size[tree] > 0) if len(tree) else tree
-        # Work per pivot pair: its counter slots plus its combinations with the pairs.
-        work = self.list_size[tree[pivots]] + np.diff(pair_start)[ev[pivots]]
-        found_e, found_c = [], []
-        for part in _split_by_work(pivots, work):
-            e, c = self._count(runs, part, ev, tree, pos, sid, pair_start)
-            found_e.append(e)
-            found_c.append(c)
-        e = np.concatenate(found_e) if found_e else np.zeros(0, np.int64)
-        c = np.concatenate(found_c) if found_c else np.zeros(0, np.int64)
-        e, c = evaluate_flagged(e, c, self.store.has_patterns.data,
-                                self.store.patterned.__getitem__, events)
-        slots = self.store.slot.data[c]
-        order = np.argsort(e, kind="stable")
-        bounds = np.searchsorted(e[order], np.arange(1, len(events)))
-        return np.split(slots[order], bounds)
+    def _begin(self, events: list[FlatEvent]) -> OpIndexBatch:
+        located = super()._begin(events)
+        tree = located.located.tree
+        return OpIndexBatch(located.events, 0, located.located, located.pair_start,
+                            runs=self._runs(),
+                            pivots=np.flatnonzero(self.list_size[tree] > 0) if len(tree) else tree)
+
+    def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
+        """Algorithm 2 for the pivot attributes present in events ``first .. last - 1``:
+        the conjuncts whose counters reach their targets, exact."""
+        assert isinstance(batch, OpIndexBatch)
+        located, pair_start = batch.located, batch.pair_start
+        pivots = batch.pivots[np.searchsorted(batch.pivots, pair_start[first]) :
+                              np.searchsorted(batch.pivots, pair_start[last])]
+        if not len(pivots):
+            empty = np.empty(0, dtype=np.int64)
+            return Candidates(empty, empty, 0)
+        e, c, work = self._count(batch.runs, pivots, located.event, located.tree,
+                                 located.position, located.sid, pair_start)
+        return Candidates(e - first, c, work)
 
     def _count(self, runs: list[_Run], pivots: np.ndarray, ev: np.ndarray, tree: np.ndarray,
                pos: np.ndarray, sid: np.ndarray,
-               pair_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               pair_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """Count matched entries for a group of (event, pivot present) counter arrays.
 
-        Returns the (event, cid) pairs whose counter reached the conjunct's target.
+        Returns the (event, cid) pairs whose counter reached the conjunct's target, and
+        the work: counter slots plus (pivot, pair) combinations.
         """
         pivot_tree = tree[pivots]
         sizes = self.list_size[pivot_tree]
@@ -422,7 +397,7 @@ class OpIndexMatcher(Matcher):
                 cids.append(entry_cid)
         counter_cells = np.concatenate(counter)
         cid = np.concatenate(cids)
-        live = self.store.alive.data[cid]
+        live = self.registry.alive.data[cid]
         counter_cells, cid = counter_cells[live], cid[live]
         total = int(sizes.sum())
         counts = np.bincount(counter_cells, minlength=total)
@@ -431,34 +406,23 @@ class OpIndexMatcher(Matcher):
         hit = np.flatnonzero(counts)
         hit = hit[counts[hit] == self.need.data[cell_cid[hit]]]
         owner_of_hit = np.searchsorted(base, hit, side="right") - 1
-        return pivot_event[owner_of_hit], cell_cid[hit]
+        return pivot_event[owner_of_hit], cell_cid[hit], total + len(combo)
 
     # -- bookkeeping -------------------------------------------------------------------
 
-    def stats(self) -> MatcherStats:
-        store, forest = self.store, self.forest
-        spaces = forest.spaces
-        forest_bytes = (spaces.tree.nbytes + spaces.predicate_counter.nbytes
-                        + spaces.event_counter.nbytes + spaces.alive.nbytes
-                        + forest.bound_tree.nbytes + forest.bound_rank.nbytes
-                        + sum(t.hi.nbytes + t.lo.nbytes + t.space_ids.nbytes + t.bound_ids.nbytes
-                              + t.refs.nbytes + 8 * len(t.values) for t in forest.trees))
+    def _family_bytes(self) -> int:
         lists = self.main.nbytes + sum(c.nbytes for c in self._delta)
         level1 = (self.pivot.nbytes + self.counter_slot.nbytes + self.need.nbytes
                   + self.list_size.nbytes + self.attribute_use.nbytes)
+        # A directory row's dict entry with its int key and value: ~100 bytes.
         directory = self.directory.nbytes + self.signature.nbytes + 100 * len(self._rows)
-        total = forest_bytes + store.nbytes + lists + level1 + directory
-        return MatcherStats(len(self), store.live, store.live_predicates, len(self._rows),
-                            int(total))
+        return int(lists + level1 + directory)
 
     def check(self) -> None:
-        self.forest.check()
-        self.store.check()
-        store = self.store
-        for slot in self._slot_of.values():
-            assert store.cids_of(slot), f"subscription in slot {slot} has no conjunct"
+        super().check()
+        store, alive = self.store, self.registry.alive
         block, _, offset, cid = self._all_entries()
-        live_entry = store.alive.data[cid]
+        live_entry = alive.data[cid]
         rows = block // 3
         row_pivot = np.zeros(len(self._rows), dtype=np.int64)
         for key, row in self._rows.items():
@@ -469,7 +433,7 @@ class OpIndexMatcher(Matcher):
             entries_of.setdefault(int(cid[i]), []).append(i)
         counter_slots: set[tuple[int, int]] = set()
         use = np.zeros(len(self.list_size), dtype=np.int64)
-        for c in np.flatnonzero(store.alive.view()).tolist():
+        for c in np.flatnonzero(alive.view()).tolist():
             conjunct = store.conjunct(c)
             trees = {self.forest.tree_of[(p.attribute, p.kind)] for p in conjunct.predicates}
             use[list(trees)] += 1
@@ -492,18 +456,11 @@ class OpIndexMatcher(Matcher):
                 assert (np.diff(run.key) >= 0).all(), "run not sorted"
 
 
-def _split_by_work(items: np.ndarray, work: np.ndarray) -> list[np.ndarray]:
-    """Consecutive groups of ``items`` whose ``work`` sums to at most WORK_CELLS each
-    (a single heavier item forms its own group). ``items`` are ordered by event."""
-    if not len(items):
-        return []
-    total = np.cumsum(work)
-    groups = []
-    start = 0
-    while start < len(items):
-        limit = (total[start - 1] if start else 0) + WORK_CELLS
-        end = max(int(np.searchsorted(total, limit, side="right")), start + 1)
-        groups.append(items[start:end])
-        start = end
-    return groups
 
+@dataclass(slots=True, kw_only=True)
+class OpIndexBatch(ForestBatch):
+    """A located batch with the sorted runs to search and its pivot pairs."""
+
+    runs: list[_Run]
+    pivots: np.ndarray
+    """Indexes of the located pairs whose tree is some conjunct's pivot, by event."""

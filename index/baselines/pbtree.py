@@ -5,7 +5,7 @@ Owns one :class:`PBTree` per (attribute, kind). The paper's structure, columnar:
 
 * the *B+tree leaf list*: items keyed by predicate constant whose SidSet holds the
   subscriptions with ``attr = key``, ``attr <= key`` or ``attr >= key``: a
-  :class:`index.baselines.predicate_index.SortedEntries` of (constant, cid), i.e. the leaf
+  :class:`index.baselines.sorted_entries.SortedEntries` of (constant, cid), i.e. the leaf
   items in key order with their SidSets flattened. Binary search on the sorted keys
   stands in for the descent from the root (the same O(log n)).
 * the *GreaterThan list* (``>`` and ``>=``, ascending key), the *LessThan list*
@@ -18,12 +18,12 @@ Search for a value x (the paper's fig. 8, for a whole batch of values at once): 
 leaf SidSet at x, the GreaterThan entries with key < x (the backward scan to the
 head), the LessThan entries with key > x (the forward scan to the tail), and the
 Inequality list as "every ``!=`` conjunct minus those listed under x" (an
-:class:`index.baselines.predicate_index.ExclusionList`; ``not in`` is one entry with several
+:class:`index.baselines.sorted_entries.ExclusionList`; ``not in`` is one entry with several
 points). Each hit is an (event, cid) pair, with multiplicity: ``between`` is ``>=`` plus
 ``<=`` on one attribute and must count twice, which a set of sids would lose. Phase 2
-counts the hits per conjunct (:func:`index.baselines.predicate_index.count_complete`) and a
+counts the hits per conjunct (:func:`index.baselines.two_phase.count_complete`) and a
 conjunct matches when its count equals its number of paper predicates. Operators the
-paper lacks map as in :func:`index.baselines.predicate_index.decompose` (``in`` = several ``=``
+paper lacks map as in :func:`index.baselines.paper_predicates.decompose` (``in`` = several ``=``
 items of one conjunct, at most one of which can hit).
 
 Deletion (the paper: "the reverse procedure of insertion", details skipped): a removed
@@ -49,12 +49,12 @@ from index.baselines.sorted_entries import (
     SortedEntries,
     encode,
     expected_entries,
+    owners_found,
 )
 from index.baselines.two_phase import TwoPhaseMatcher, count_complete
 from index.core.columns import group_pairs
 from index.events import FlatEvent
 from index.language import Kind, Value
-from index.matcher import MatcherStats
 
 
 class PBTree:
@@ -105,18 +105,7 @@ class PBTree:
             (self.greater, self.greater.below(queries, inclusive=False)),
             (self.less, self.less.above(queries, inclusive=False)),
         ]
-        parts_q = [query for _, (query, _) in found]
-        parts_c = [entries.owners[position] for entries, (_, position) in found]
-        if len(self.inequality):
-            query, cids = self.inequality.search(queries)
-            parts_q.append(query)
-            parts_c.append(cids)
-        return np.concatenate(parts_q), np.concatenate(parts_c)
-
-    @property
-    def entries(self) -> int:
-        return (len(self.leaf) + len(self.greater) + len(self.less)
-                + len(self.inequality) + len(self.inequality.points))
+        return owners_found(queries, found, self.inequality)
 
     @property
     def nbytes(self) -> int:
@@ -142,14 +131,14 @@ class PBTreeMatcher(TwoPhaseMatcher):
             self.trees.append(PBTree(predicate.kind))
         return tid
 
-    def _file(self, cid: int, predicates: list[PaperPredicate]) -> None:
+    def _file_predicates(self, cid: int, predicates: list[PaperPredicate]) -> None:
         for predicate in predicates:
             tid = self._tree_id(predicate)
             self.trees[tid].insert(cid, predicate)
             self._dirty.add(tid)
 
     def _prepare(self) -> None:
-        alive = self.table.alive.data
+        alive = self.registry.alive.data
         for tid in self._dirty:
             self.trees[tid].build(alive)
         self._dirty.clear()
@@ -157,29 +146,27 @@ class PBTreeMatcher(TwoPhaseMatcher):
     def _purge(self) -> None:
         self._prepare()
         for tree in self.trees:
-            tree.build(self.table.alive.data, purge=True)
+            tree.build(self.registry.alive.data, purge=True)
 
-    def _match_chunk(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
+    def _complete(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
         parts_e, parts_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
         for tid, (rows, values) in group_pairs(events, self.tree_of).items():
             pair, cids = self.trees[tid].search(values)
             parts_e.append(np.asarray(rows, dtype=np.int64)[pair])
             parts_c.append(cids)
         ev, cids = np.concatenate(parts_e), np.concatenate(parts_c)
-        e, c = count_complete(ev, cids, self.table)
+        e, c = count_complete(ev, cids, self.size.data)
         return e, c, len(cids)
 
-    def stats(self) -> MatcherStats:
-        total = self.table.nbytes + sum(t.nbytes for t in self.trees)
-        return MatcherStats(len(self), self.table.live, self.table.live_predicates,
-                            sum(t.entries for t in self.trees), int(total))
+    def _structure_bytes(self) -> int:
+        return self._conjunct_bytes() + sum(t.nbytes for t in self.trees)
 
     def check(self) -> None:
         super().check()
-        alive = self.table.alive.data
+        alive = self.registry.alive.data
         want: dict[tuple[int, str], list[tuple[Value, int]]] = {}
         want_ne: dict[int, Counter[int]] = {}
-        for cid, predicates in self.table.predicates():
+        for cid, predicates in self.live_conjuncts():
             for predicate in predicates:
                 tid = self.tree_of[(predicate.attribute, predicate.kind)]
                 op = predicate.op

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from index.baselines.paper_predicates import Op, PaperPredicate
-from index.baselines.sorted_entries import ExclusionList, SortedEntries, encode, expected_entries
+from index.baselines.sorted_entries import (
+    ExclusionList,
+    SortedEntries,
+    encode,
+    expected_entries,
+    owners_found,
+)
 from index.core.columns import GrowableArray, group_pairs
 from index.events import FlatEvent
 from index.language import Kind, Value
@@ -67,13 +73,7 @@ class AttributeIndex:
             (lists[Op.GT], lists[Op.GT].below(queries, inclusive=False)),
             (lists[Op.GE], lists[Op.GE].below(queries, inclusive=True)),
         ]
-        parts_q = [query for _, (query, _) in found]
-        parts_p = [entries.owners[position] for entries, (_, position) in found]
-        if len(self.inequality):
-            query, pids = self.inequality.search(queries)
-            parts_q.append(query)
-            parts_p.append(pids)
-        return np.concatenate(parts_q), np.concatenate(parts_p)
+        return owners_found(queries, found, self.inequality)
 
     @property
     def nbytes(self) -> int:

@@ -4,7 +4,7 @@ column-wise subscription clusters over Le Subscribe's phase 1.
 Owns Propagation's phase-2 structures on top of
 :class:`index.baselines.predicate_index.PredicateIndex`:
 
-* the *cluster tables*: one :class:`index.baselines.predicate_index.SortedEntries` per cluster
+* the *cluster tables*: one :class:`index.baselines.sorted_entries.SortedEntries` per cluster
   size (number of predicates besides the access predicate), keyed by the access
   predicate's pid. The rows under one access pid in one table are one paper
   *cluster*; together the tables are the pid's *cluster list*. Each table stores its
@@ -53,7 +53,6 @@ from index.baselines.predicate_index import PredicateIndex
 from index.baselines.sorted_entries import SortedEntries
 from index.baselines.two_phase import TwoPhaseMatcher
 from index.events import FlatEvent
-from index.matcher import MatcherStats
 
 BIT_CELLS = 1 << 24
 """Most cells of the dense predicate bit vectors held at once (16 MiB of bool)."""
@@ -87,7 +86,7 @@ class PropagationMatcher(TwoPhaseMatcher):
 
         return min(range(len(pids)), key=cost)
 
-    def _file(self, cid: int, predicates: list[PaperPredicate]) -> None:
+    def _file_predicates(self, cid: int, predicates: list[PaperPredicate]) -> None:
         pids = [self.predicates.acquire(p) for p in predicates]
         access = pids.pop(self._access(pids, predicates))
         table = self.clusters.get(len(pids))
@@ -95,13 +94,13 @@ class PropagationMatcher(TwoPhaseMatcher):
             table = self.clusters[len(pids)] = SortedEntries(None, len(pids))
         table.add(access, cid, pids)
 
-    def _unfile(self, cid: int, predicates: list[PaperPredicate]) -> None:
+    def _unfile_predicates(self, cid: int, predicates: list[PaperPredicate]) -> None:
         for predicate in predicates:
             self.predicates.release(self.predicates.pid_of[predicate])
 
     def _prepare(self) -> None:
         self.predicates.refresh()
-        alive = self.table.alive.data
+        alive = self.registry.alive.data
         for table in self.clusters.values():
             if table.dirty:
                 table.build(alive)
@@ -114,7 +113,7 @@ class PropagationMatcher(TwoPhaseMatcher):
 
     # -- matching ----------------------------------------------------------------------
 
-    def _match_chunk(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
+    def _complete(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray, int]:
         ev, pids = self.predicates.satisfied(events)
         self._observe(pids, len(events))
         width = max(self.predicates.size, 1)
@@ -135,7 +134,7 @@ class PropagationMatcher(TwoPhaseMatcher):
             found_c.append(c)
             candidates += n
         e, c = np.concatenate(found_e), np.concatenate(found_c)
-        keep = self.table.alive.data[c]  # rows of removed conjuncts wait for the purge
+        keep = self.registry.alive.data[c]  # rows of removed conjuncts wait for the purge
         return e[keep], c[keep], len(keys) + candidates
 
     def _match_clusters(self, set_bits: np.ndarray, width: int
@@ -170,16 +169,14 @@ class PropagationMatcher(TwoPhaseMatcher):
 
     # -- bookkeeping -------------------------------------------------------------------
 
-    def stats(self) -> MatcherStats:
-        total = (self.predicates.nbytes + self.table.nbytes + self.satisfied_count.nbytes
-                 + self._bits.nbytes + sum(t.nbytes for t in self.clusters.values()))
-        return MatcherStats(len(self), self.table.live, self.table.live_predicates,
-                            self.predicates.live, int(total))
+    def _structure_bytes(self) -> int:
+        return int(self.predicates.nbytes + self._conjunct_bytes() + self.satisfied_count.nbytes
+                   + self._bits.nbytes + sum(t.nbytes for t in self.clusters.values()))
 
     def check(self) -> None:
         super().check()
         self.predicates.check(self._live_predicates())
-        alive = self.table.alive.data
+        alive = self.registry.alive.data
         rows = {}
         for width, table in self.clusters.items():
             table.check()
@@ -188,7 +185,7 @@ class PropagationMatcher(TwoPhaseMatcher):
                 assert cid not in rows, f"conjunct {cid} filed twice"
                 rows[cid] = (int(access), others)
         pid_of = self.predicates.pid_of
-        for cid, predicates in self.table.predicates():
+        for cid, predicates in self.live_conjuncts():
             access, others = rows.pop(cid)
             assert sorted([access, *others]) == sorted(pid_of[p] for p in predicates)
         assert not rows, "rows of dead conjuncts"

@@ -259,3 +259,16 @@ class ExclusionList:
     def check(self) -> None:
         self.points.check()
         assert (np.diff(self.owners) > 0).all(), "owners not sorted and unique"
+
+
+def owners_found(queries: Keys, found: list[tuple[SortedEntries, tuple[np.ndarray, np.ndarray]]],
+                 inequality: ExclusionList) -> tuple[np.ndarray, np.ndarray]:
+    """(query, owner) for every entry the searches ``found`` (each list with its
+    ``(query, position)`` answer) hit, plus the ``!=`` list's owners for ``queries``."""
+    parts_q = [query for _, (query, _) in found]
+    parts_o = [entries.owners[position] for entries, (_, position) in found]
+    if len(inequality):
+        query, owners = inequality.search(queries)
+        parts_q.append(query)
+        parts_o.append(owners)
+    return np.concatenate(parts_q), np.concatenate(parts_o)

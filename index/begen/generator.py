@@ -1,10 +1,15 @@
 """BE-Gen, the synthetic workload generator of the BE-Tree and PS-Tree papers.
 
+The papers: Sadoghi & Jacobsen, "BE-Tree: An Index Structure to Efficiently Match
+Boolean Expressions over High-dimensional Discrete Space", SIGMOD 2011 (the *BE-Tree
+paper*); Ji & Jacobsen, "PS-Tree-Based Efficient Boolean Expression Matching for
+High-Dimensional and Dense Workloads", PVLDB 12(3), 2018 (the *PS-Tree paper*).
+
 This module owns the generation of benchmark and test workloads: subscriptions in the
 text form of :mod:`index.language` and events as attribute -> value dicts, over
 attributes ``a1 .. a<dimensions>`` with integer values in ``[0, cardinality)``.
 
-The method is BE-Gen's (be-tree.txt section 7.1, Tables 2 and 3; ps-tree Table 1):
+The method is BE-Gen's (BE-Tree paper section 7.1, Tables 2 and 3; PS-Tree paper Table 1):
 
 1. *Base expressions* model events: each is ``event_size`` equality predicates on
    distinct attributes, the attributes drawn without replacement with weight
@@ -64,7 +69,7 @@ from index import make_matcher
 # Operator codes of derived predicates.
 EQ, LT, LE, GT, GE, NE, IN, NOT_IN, BETWEEN = range(9)
 
-#: Table 2(a) of be-tree.txt: the operators a base predicate may be transformed into
+#: Table 2(a) of the BE-Tree paper: the operators a base predicate may be transformed into
 #: (besides ``=``, which every class keeps) for each level of expressiveness.
 OPERATOR_CLASSES: dict[str, tuple[int, ...]] = {
     "min": (),
@@ -405,7 +410,7 @@ _HELP = {
     "subscription_size": "predicates per subscription (Pr_pred = this / event size)",
     "event_size": "attribute-value pairs per event (predicates per base expression)",
     "equality_ratio": "share of '=' predicates (Pr_trans = 1 - this)",
-    "operator_class": "operators of transformed predicates (be-tree.txt Table 2(a)): "
+    "operator_class": "operators of transformed predicates (BE-Tree paper, Table 2(a)): "
     "min '=', low '= in', med '< <= = >= > in between', high med plus '!= not in'",
     "matching_probability": "target share of subscriptions an event matches; "
     "sets the number of bases to 1/this (the real value is measured)",
@@ -441,7 +446,7 @@ def params_from_args(args: argparse.Namespace, **overrides: object) -> BEGenPara
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m index.begen",
-        description="Generate a BE-Gen workload (be-tree.txt section 7.1) and measure its "
+        description="Generate a BE-Gen workload (BE-Tree paper, section 7.1) and measure its "
         "matching probability. Writes OUT/subscriptions.tsv (one 'id<TAB>expression' line "
         "per subscription, in the text form of the subscription language), "
         "OUT/events.jsonl (one JSON object per line) and OUT/params.json. Defaults are "

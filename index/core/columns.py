@@ -61,6 +61,18 @@ class GrowableArray:
         self._size += n
         return self._size - n
 
+    def grow_to(self, size: int, fill: object = 0) -> None:
+        """Append ``fill`` until the array holds ``size`` values (none if it does)."""
+        if size > len(self):
+            self.extend(np.full(size - len(self), fill, dtype=self._data.dtype))
+
+    def put(self, indices: np.ndarray, values: np.ndarray | object) -> None:
+        """``array[indices] = values``, growing the array (with zeros) to reach the
+        largest index first: how per-id columns take new and reused ids alike."""
+        if len(indices):
+            self.grow_to(int(indices.max()) + 1)
+            self.data[indices] = values
+
     def view(self) -> np.ndarray:
         if self._pending:
             self._flush()
@@ -80,10 +92,6 @@ class GrowableArray:
         if len(self._data) == 0:
             self._data = np.zeros(1, dtype=self._data.dtype)
         self._size = len(values)
-
-    def shrink_to_fit(self) -> None:
-        """Drop the spare capacity left by doubling (after a bulk load). O(n)."""
-        self.replace(self.view())
 
     @property
     def nbytes(self) -> int:

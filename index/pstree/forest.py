@@ -37,6 +37,9 @@ from index.language import Kind, Value
 
 UNBOUNDED_HI = np.int32(2**30)
 """The position given to an interval's +inf end: above every real space position."""
+VALUE_BYTES = 40
+"""Estimated bytes of one bound value in a tree's list: the pointer and a small int,
+float or str object."""
 
 
 def split_number(value: int | float) -> tuple[float, float]:
@@ -398,6 +401,18 @@ class Forest:
             np.concatenate(parts_p),
             np.concatenate(parts_s),
         )
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes: every numpy column, plus :data:`VALUE_BYTES` per bound value
+        kept as a Python object (the list ``bisect`` searches)."""
+        spaces = self.spaces
+        return int(spaces.tree.nbytes + spaces.predicate_counter.nbytes
+                   + spaces.event_counter.nbytes + spaces.alive.nbytes
+                   + self.bound_tree.nbytes + self.bound_rank.nbytes
+                   + sum(t.hi.nbytes + t.lo.nbytes + t.keys.nbytes + t.refs.nbytes
+                         + t.bound_ids.nbytes + t.space_ids.nbytes
+                         + VALUE_BYTES * len(t.values) for t in self.trees))
 
     def check(self) -> None:
         """Assert the invariants of every tree and of the global tables."""

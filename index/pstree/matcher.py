@@ -1,154 +1,133 @@
-"""What PSTBloom and PSTHash share: the forest, the conjunct store, batching and upkeep.
+"""What every matcher built on the PS-Tree forest shares: set-up, batches, verification.
 
-Owns the life cycle of a PS-Tree matcher: a subscription's conjuncts go into the
-:class:`index.pstree.store.ConjunctStore` (which inserts their bounds into the PS-Trees),
-the subclass files them under access predicates, and splits and merges of spaces are
-handed to the subclass to keep its posting lists in step. Matching locates the whole
-batch once, then works in chunks of events small enough for a dense
-``[events, trees]`` position matrix, and groups the verified (event, conjunct) pairs
-back into one answer per event. Removed conjuncts are purged from the posting lists in
-bulk once they make up a quarter of the index (:meth:`PSTreeMatcher._compact`).
+Owns :class:`ForestMatcher`, the base of PSTBloom, PSTHash, OpIndex and BE-Tree on
+top of the shared pipeline (:class:`index.core.pipeline.IndexedMatcher`): the forest of
+PS-Trees (:class:`index.pstree.forest.Forest`) is their value encoding and the
+:class:`index.pstree.store.ConjunctStore` holds their conjuncts' predicate rows.
+Filing stores the rows (inserting bounds, which may split spaces) and hands them to the
+family; unfiling lets the family take the conjunct out, then releases its rows (which
+may merge spaces). A batch is located in the trees once, its pairs ordered by event so
+that a chunk is a slice; a chunk's candidates are verified from their first unchecked
+predicate on by :meth:`index.pstree.store.ConjunctStore.verify` against the chunk's
+dense ``[events, trees]`` position matrix. The purge compacts the family's posting
+multimaps (keys made of space ids) and the store's rows.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 
-from index.core.columns import group_by_event
 from index.core.multimap import MultiMap
+from index.core.pipeline import Batch, Candidates, IndexedMatcher
 from index.events import FlatEvent
-from index.language import Subscription
-from index.matcher import Matcher, MatcherStats
-from index.pstree.forest import Forest, LocatedBatch, Split
+from index.language import Conjunct
+from index.pstree.forest import Forest, LocatedBatch
 from index.pstree.store import ConjunctStore, InsertedConjuncts
 
-POSITION_CELLS = 1 << 22
-"""Most cells of one chunk's dense position matrix (16 MiB of int32)."""
+
+@dataclass(slots=True)
+class ForestBatch(Batch):
+    """A batch located in the forest, its pairs ordered by event."""
+
+    located: LocatedBatch
+    pair_start: np.ndarray
+    """The located pairs of event ``e`` are ``pair_start[e] .. pair_start[e + 1] - 1``."""
+    _chunk: tuple[int, int, LocatedBatch, np.ndarray] | None = None
+
+    def chunk(self, first: int, last: int) -> tuple[LocatedBatch, np.ndarray]:
+        """The located pairs of events ``first .. last - 1`` (events renumbered from 0)
+        and their dense position matrix; computed once per chunk."""
+        if self._chunk is None or self._chunk[:2] != (first, last):
+            located = self.located
+            a, b = int(self.pair_start[first]), int(self.pair_start[last])
+            part = LocatedBatch(last - first, located.event[a:b] - first, located.tree[a:b],
+                                located.position[a:b], located.sid[a:b])
+            self._chunk = (first, last, part, part.position_matrix(self.cells_per_event))
+        return self._chunk[2], self._chunk[3]
 
 
-class PSTreeMatcher(Matcher):
-    """Base of the matchers built on PS-Trees."""
+class ForestMatcher(IndexedMatcher):
+    """Base of the matchers whose conjuncts are rows over the PS-Tree forest."""
 
     def __init__(self) -> None:
         super().__init__()
         self.forest = Forest()
-        self.store = ConjunctStore(self.forest)
+        self.store = ConjunctStore(self.forest, self.registry)
 
-    # -- Matcher hooks -----------------------------------------------------------------
+    # -- life cycle --------------------------------------------------------------------
 
-    def _insert(self, slot: int, subscription: Subscription) -> None:
-        self._insert_many([(slot, subscription)])
+    def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
+        inserted = self.store.insert_many(cids, conjuncts)
+        self._file_rows(inserted)
+        return inserted.residual
 
-    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = self._conjuncts_of(batch)
-        inserted = self.store.insert_many(slots, conjuncts)
-        self._on_splits(inserted.splits)
-        self._file(inserted)
+    def _unfile(self, cids: list[int]) -> None:
+        self._unfile_rows(cids)
+        for cid in cids:
+            self.store.release(cid)
 
-    def _delete(self, slot: int) -> None:
-        for cid in self.store.unlink(slot):
-            self._unfile(cid)
-            self.store.remove(cid)
-        if self.store.awaiting_reclaim > max(1024, self.store.live // 4):
-            self._compact()
-
-    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
-        located = self.forest.locate_events(events)
-        n_trees = max(len(self.forest.trees), 1)
-        chunk = max(1, POSITION_CELLS // n_trees)
-        found_e, found_c = [], []
-        for first in range(0, len(events), chunk):
-            last = min(first + chunk, len(events))
-            if first == 0 and last == len(events):
-                part = located
-            else:
-                mask = (located.event >= first) & (located.event < last)
-                part = LocatedBatch(last - first, located.event[mask] - first,
-                                    located.tree[mask], located.position[mask],
-                                    located.sid[mask])
-            e, c = self._match_chunk(part, events, first)
-            found_e.append(e + first)
-            found_c.append(c)
-        return group_by_event(len(events), np.concatenate(found_e),
-                      self.store.slot.data[np.concatenate(found_c)])
-
-    # -- subclass hooks ----------------------------------------------------------------
-
-    @abstractmethod
-    def _file(self, inserted: InsertedConjuncts) -> None:
-        """Add newly stored conjuncts to the posting lists."""
-
-    def _unfile(self, cid: int) -> None:
-        """Note a conjunct's removal; posting lists are purged in bulk."""
-
-    @abstractmethod
-    def _on_splits(self, splits: list[Split]) -> None:
-        """Copy postings of split spaces to their new space ids."""
-
-    @abstractmethod
-    def _match_chunk(self, located: LocatedBatch, events: list[FlatEvent],
-                     offset: int) -> tuple[np.ndarray, np.ndarray]:
-        """Verified (chunk-local event, cid) pairs for one chunk of located events."""
-
-    @abstractmethod
-    def _posting_maps(self) -> list[MultiMap]:
-        """The multimaps whose values are cids and whose keys embed space ids."""
-
-    @abstractmethod
-    def _extra_bytes(self) -> int:
-        """Estimated bytes of subclass structures besides the posting maps."""
-
-    # -- upkeep ------------------------------------------------------------------------
+    def _purge(self) -> None:
+        for multimap in self._posting_maps():
+            multimap.compact(self._keep_live)
+        self.store.compact()
 
     def _keep_live(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """Entries to keep at compaction: live conjunct and live space(s) in the key."""
+        """Entries to keep at a purge: live conjunct and live space(s) in the key (a
+        single space id, or a pair as :func:`index.pstree.psthash.pair_key` makes)."""
         alive_space = self.forest.spaces.alive
-        keep = self.store.alive.data[values].copy()
+        keep = self.registry.alive.data[values].copy()
         low, high = keys & 0xFFFFFFFF, keys >> 32
         keep &= alive_space[low]
         keep &= (high == 0) | alive_space[np.maximum(high - 1, 0)]
         return keep
 
-    def _compact(self) -> None:
-        for multimap in self._posting_maps():
-            multimap.compact(self._keep_live)
-        self.store.reclaim()
+    # -- matching ----------------------------------------------------------------------
 
-    def stats(self) -> MatcherStats:
-        forest = self.forest
-        spaces = forest.spaces
-        forest_bytes = (spaces.tree.nbytes + spaces.predicate_counter.nbytes
-                        + spaces.event_counter.nbytes + spaces.alive.nbytes
-                        + forest.bound_tree.nbytes + forest.bound_rank.nbytes
-                        + sum(t.hi.nbytes + t.lo.nbytes + t.space_ids.nbytes
-                              + t.bound_ids.nbytes + 8 * len(t.values) * 5
-                              for t in forest.trees))
-        total = (forest_bytes + self.store.nbytes + self._extra_bytes()
-                 + sum(m.nbytes for m in self._posting_maps()))
-        return MatcherStats(len(self), self.store.live, self.store.live_predicates,
-                            spaces.live, int(total))
+    def _begin(self, events: list[FlatEvent]) -> ForestBatch:
+        located = self.forest.locate_events(events)
+        order = np.argsort(located.event, kind="stable")
+        located = LocatedBatch(len(events), located.event[order], located.tree[order],
+                               located.position[order], located.sid[order])
+        return ForestBatch(events, max(len(self.forest.trees), 1), located,
+                           np.searchsorted(located.event, np.arange(len(events) + 1)))
+
+    def _verify(self, batch: Batch, first: int, last: int,
+                found: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        assert isinstance(batch, ForestBatch) and found.checked is not None
+        _, positions = batch.chunk(first, last)
+        return self.store.verify(found.events, found.cids, found.checked, positions)
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _spaces(self) -> int:
+        return self.forest.spaces.live
+
+    def _structure_bytes(self) -> int:
+        return (self.forest.nbytes + self.store.nbytes + self._family_bytes()
+                + sum(m.nbytes for m in self._posting_maps()))
 
     def check(self) -> None:
+        super().check()
         self.forest.check()
         self.store.check()
-        for slot in self._slot_of.values():
-            assert self.store.cids_of(slot), f"subscription in slot {slot} has no conjunct"
 
+    # -- what a family supplies --------------------------------------------------------
 
-def space_key(sid: int | np.ndarray) -> int | np.ndarray:
-    """Posting key of a single space (1-dim predicate space)."""
-    return sid
+    @abstractmethod
+    def _file_rows(self, inserted: InsertedConjuncts) -> None:
+        """File newly stored conjuncts (and follow the spaces their bounds split)."""
 
+    @abstractmethod
+    def _unfile_rows(self, cids: list[int]) -> None:
+        """Take removed conjuncts out while their rows and bounds are still intact."""
 
-def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
-    """Posting key of a 2-dim predicate space: the two space ids, order-free.
+    def _posting_maps(self) -> list[MultiMap]:
+        """The multimaps whose values are cids and whose keys are made of space ids."""
+        return []
 
-    The larger id is stored plus one in the high half so that a pair key is never
-    equal to a single-space key.
-    """
-    low = np.minimum(sid_a, sid_b).astype(np.int64)
-    high = np.maximum(sid_a, sid_b).astype(np.int64)
-    return ((high + 1) << 32) | low
+    @abstractmethod
+    def _family_bytes(self) -> int:
+        """Estimated bytes of the family's structures besides the posting maps."""

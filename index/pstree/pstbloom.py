@@ -31,9 +31,10 @@ import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
 from index.core.multimap import MultiMap
+from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
-from index.pstree.forest import LocatedBatch, Split
-from index.pstree.matcher import PSTreeMatcher
+from index.pstree.forest import Split
+from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
 WIDE_SPACES = 32
@@ -51,7 +52,7 @@ def _bloom_bits(cids: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndar
     )
 
 
-class PSTBloomMatcher(PSTreeMatcher):
+class PSTBloomMatcher(ForestMatcher):
     """PS-Tree index with one access predicate per conjunct and Bloom signatures."""
 
     name = "pstbloom"
@@ -68,17 +69,15 @@ class PSTBloomMatcher(PSTreeMatcher):
 
     # -- filing ------------------------------------------------------------------------
 
-    def _file(self, inserted: InsertedConjuncts) -> None:
+    def _file_rows(self, inserted: InsertedConjuncts) -> None:
+        self._on_splits(inserted.splits)
         cids, sids = inserted.covered(0)
         self.lists.add(sids, cids.astype(np.int32))
-        grow = int(inserted.cids.max()) + 1 - len(self.sig_mask)
-        if grow > 0:
-            self.sig_mask.extend(np.zeros(grow, dtype=np.uint64))
-        self.sig_mask.data[inserted.cids] = 0
+        self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
 
-    def _unfile(self, cid: int) -> None:
-        self._removed_since_build += 1
+    def _unfile_rows(self, cids: list[int]) -> None:
+        self._removed_since_build += len(cids)
 
     def _on_splits(self, splits: list[Split]) -> None:
         for split in splits:
@@ -101,13 +100,12 @@ class PSTBloomMatcher(PSTreeMatcher):
                 self.sig_bits[new] = self.sig_bits[split.sid]
 
     def _finish_bulk(self) -> None:
-        super()._finish_bulk()
         self.build_signatures()
 
     def _posting_maps(self) -> list[MultiMap]:
         return [self.lists]
 
-    def _extra_bytes(self) -> int:
+    def _family_bytes(self) -> int:
         return int(self.sig_pool.nbytes + self.sig_offset.nbytes + self.sig_bits.nbytes
                    + self.sig_mask.nbytes)
 
@@ -120,7 +118,7 @@ class PSTBloomMatcher(PSTreeMatcher):
         """
         store, forest = self.store, self.forest
         spaces = forest.spaces
-        cids = np.flatnonzero(store.alive.view())
+        cids = np.flatnonzero(self.registry.alive.view())
         counts = store.pred_count.view()[cids].astype(np.int64)
         # Non-access predicate rows: k = 1 .. count-1.
         owner, pids = expand_ranges(store.pred_start.view()[cids] + 1, np.maximum(counts - 1, 0))
@@ -165,7 +163,7 @@ class PSTBloomMatcher(PSTreeMatcher):
         self._removed_since_build = 0
 
     def _signatures_stale(self) -> bool:
-        live = max(self.store.live, 1)
+        live = max(self.registry.live, 1)
         return (self._added_since_build > max(1024, live // 10)
                 or self._removed_since_build > max(1024, live // 4))
 
@@ -187,27 +185,28 @@ class PSTBloomMatcher(PSTreeMatcher):
 
     # -- matching ----------------------------------------------------------------------
 
-    def _match_flat(self, events: list[FlatEvent]):  # type: ignore[no-untyped-def]
+    def _begin(self, events: list[FlatEvent]) -> ForestBatch:
         if self._signatures_stale():
             self.build_signatures()
-        return super()._match_flat(events)
+        return super()._begin(events)
 
-    def _match_chunk(self, located: LocatedBatch, events: list[FlatEvent],
-                     offset: int) -> tuple[np.ndarray, np.ndarray]:
-        n_trees = max(len(self.forest.trees), 1)
-        positions = located.position_matrix(n_trees)
+    def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
+        """The subscription lists of the event's spaces, through the signatures; the
+        access predicate (the first) holds for every candidate."""
+        assert isinstance(batch, ForestBatch)
+        located, positions = batch.chunk(first, last)
         sid_matrix = np.full(positions.shape, -1, dtype=np.int64)
         sid_matrix[located.event, located.tree] = located.sid
         pair, cids = self.lists.lookup(located.sid)
-        ev = located.event[pair]
-        ev, cids = self._signature_filter(ev, cids.astype(np.int64), sid_matrix)
-        return self.store.verify(ev, cids, 1, positions, events, offset)
+        ev, cids = self._signature_filter(located.event[pair], cids.astype(np.int64),
+                                          sid_matrix)
+        return Candidates(ev, cids, len(pair), np.ones(len(cids), dtype=np.int32))
 
     def _signature_filter(self, ev: np.ndarray, cids: np.ndarray,
                           sid_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Drop candidates whose id is missing from an event space's signature."""
         store = self.store
-        alive = store.alive.data[cids]
+        alive = self.registry.alive.data[cids]
         ev, cids = ev[alive], cids[alive]
         masks = self.sig_mask.data[cids]
         k = 1

@@ -4,7 +4,7 @@ Owns PSTHash's structures on top of the shared PS-Trees:
 
 * the *hash table*: a :class:`index.core.multimap.MultiMap` from a 2-dim predicate space
   (the order-free pair of space ids, one from each access predicate's tree; see
-  :func:`index.pstree.matcher.pair_key`) to the conjuncts whose two access predicates
+  :func:`pair_key`) to the conjuncts whose two access predicates
   (the first two in access order) cover those spaces. An event builds the C(|E|, 2)
   pairs of its located spaces and looks all of them up at once.
 * the *access lists*: space id -> conjuncts with an access predicate covering it, used
@@ -24,16 +24,16 @@ import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
 from index.core.multimap import MultiMap
-from index.events import FlatEvent
-from index.pstree.forest import LocatedBatch, Split
-from index.pstree.matcher import PSTreeMatcher, pair_key
+from index.core.pipeline import Batch, Candidates
+from index.pstree.forest import Split
+from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
 MAX_KEYS = 256
 """Most 2-dim spaces one conjunct may be filed under; beyond it, the fallback path."""
 
 
-class PSTHashMatcher(PSTreeMatcher):
+class PSTHashMatcher(ForestMatcher):
     """PS-Tree index keyed by pairs of predicate spaces."""
 
     name = "psthash"
@@ -45,11 +45,9 @@ class PSTHashMatcher(PSTreeMatcher):
         self.fallback = MultiMap()
         self.hashed = GrowableArray(np.bool_)
 
-    def _file(self, inserted: InsertedConjuncts) -> None:
+    def _file_rows(self, inserted: InsertedConjuncts) -> None:
+        self._on_splits(inserted.splits)
         cids = inserted.cids
-        grow = int(cids.max()) + 1 - len(self.hashed)
-        if grow > 0:
-            self.hashed.extend(np.zeros(grow, dtype=bool))
         first_cid, first_sid = inserted.covered(0)
         second_cid, second_sid = inserted.covered(1)
         # covered() lists conjuncts in storage order, so each conjunct's spaces are
@@ -57,7 +55,7 @@ class PSTHashMatcher(PSTreeMatcher):
         n_first = _count_per(first_cid, cids)
         n_second = _count_per(second_cid, cids)
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
-        self.hashed.data[cids] = hashed
+        self.hashed.put(cids, hashed)
         start_first = np.cumsum(n_first) - n_first
         start_second = np.cumsum(n_second) - n_second
         h = np.flatnonzero(hashed)
@@ -81,7 +79,7 @@ class PSTHashMatcher(PSTreeMatcher):
             for sid in new:
                 self.fallback.add(np.full(len(fallback), sid, dtype=np.int64), fallback)
             cids = np.unique(self.access.values_of(split.sid))
-            cids = cids[store.alive.data[cids] & self.hashed.data[cids]]
+            cids = cids[self.registry.alive.data[cids] & self.hashed.data[cids]]
             for cid in cids.tolist():
                 first = store.predicate_row(cid, 0)
                 k_other = 1 if store.pred_tree.data[first] == split.tree else 0
@@ -93,26 +91,27 @@ class PSTHashMatcher(PSTreeMatcher):
     def _posting_maps(self) -> list[MultiMap]:
         return [self.table, self.access, self.fallback]
 
-    def _extra_bytes(self) -> int:
+    def _unfile_rows(self, cids: list[int]) -> None:
+        """Nothing to do at once: the purge drops the removed conjuncts' entries."""
+
+    def _family_bytes(self) -> int:
         return self.hashed.nbytes
 
-    def _match_chunk(self, located: LocatedBatch, events: list[FlatEvent],
-                     offset: int) -> tuple[np.ndarray, np.ndarray]:
-        positions = located.position_matrix(max(len(self.forest.trees), 1))
-        order = np.argsort(located.event, kind="stable")
-        ev, sids = located.event[order], located.sid[order]
+    def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
+        """The hash table's conjuncts under the pairs of the event's spaces (both access
+        predicates hold) and the fallback lists' under its spaces (the first holds)."""
+        assert isinstance(batch, ForestBatch)
+        located, _ = batch.chunk(first, last)
+        ev, sids = located.event, located.sid  # ordered by event
         event_end = np.searchsorted(ev, ev, side="right")
         here = np.arange(len(ev), dtype=np.int64)
         owner, partner = expand_ranges(here + 1, event_end - here - 1)
         query, hashed_cids = self.table.lookup(pair_key(sids[owner], sids[partner]))
-        hashed_ev = ev[owner[query]]
-        pair, fallback_cids = self.fallback.lookup(located.sid)
-        fallback_ev = located.event[pair]
-        he, hc = self.store.verify(hashed_ev, hashed_cids.astype(np.int64), 2, positions,
-                                   events, offset)
-        fe, fc = self.store.verify(fallback_ev, fallback_cids.astype(np.int64), 1, positions,
-                                   events, offset)
-        return np.concatenate([he, fe]), np.concatenate([hc, fc])
+        pair, fallback_cids = self.fallback.lookup(sids)
+        checked = np.repeat(np.array([2, 1], dtype=np.int32), [len(query), len(pair)])
+        return Candidates(np.concatenate([ev[owner[query]], ev[pair]]),
+                          np.concatenate([hashed_cids, fallback_cids]).astype(np.int64),
+                          len(owner) + len(query) + len(pair), checked)
 
 
 def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
@@ -124,3 +123,14 @@ def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
 def _count_per(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
     """How many times each of ``cids`` (distinct) occurs in ``values``."""
     return np.bincount(_position_in(values, cids), minlength=len(cids))
+
+
+def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
+    """Posting key of a 2-dim predicate space: the two space ids, order-free.
+
+    The larger id is stored plus one in the high half so that a pair key is never
+    equal to a single-space key.
+    """
+    low = np.minimum(sid_a, sid_b).astype(np.int64)
+    high = np.maximum(sid_a, sid_b).astype(np.int64)
+    return ((high + 1) << 32) | low

@@ -1,27 +1,26 @@
-"""Columnar storage of indexed conjuncts and their exact, vectorised verification.
+"""The predicate rows of indexed conjuncts and their exact, vectorised verification.
 
-Owns the part every PS-Tree matcher shares: each conjunct's predicates, stored as rows
+Owns the part every forest matcher shares: each conjunct's predicates, stored as rows
 of numpy columns in *access order* (most selective first, by the event counters of the
 spaces they cover, with the paper's operator ranking breaking ties and standing in when
 there is no history), the predicate intervals as pairs of bound ids into the
-:class:`index.pstree.Forest`, and :meth:`ConjunctStore.verify`, which checks a batch of
+:class:`index.pstree.forest.Forest`, and :meth:`ConjunctStore.verify`, which checks a batch of
 (event, conjunct) candidates predicate by predicate with integer comparisons on space
 positions, dropping a candidate at its first false predicate.
 
-Conjunct ids (``cid``) are dense and reused only after :meth:`ConjunctStore.reclaim`,
-which the matchers call after purging their posting lists, so a stale posting can
-never point at another conjunct.
+Conjunct ids (``cid``) come from the :class:`index.core.registry.ConjunctRegistry`;
+the store keeps rows per cid and reads liveness and residual conjuncts from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
+from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Predicate, Value
 from index.pstree.forest import UNBOUNDED_HI, Forest, Split
 
@@ -30,23 +29,20 @@ VERIFY_BLOCK = 1 << 16
 
 
 class ConjunctStore:
-    """Conjuncts as columns; predicates as rows in access order.
+    """Predicates as rows in access order, per conjunct id of the registry.
 
-    Columns per conjunct: ``slot`` (the subscription), ``pred_start``/``pred_count``
-    (its predicate rows), ``alive``, ``has_patterns`` (needs the Python fallback for
-    ``like`` suffix/contains). Columns per predicate row: ``pred_tree``,
-    ``iv_start``/``iv_count`` (its intervals) and the hull of its intervals
-    (``lo_bid``, ``lo_closed``, ``hi_bid``, ``hi_closed``; bound id -1 is unbounded).
+    Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows). Columns
+    per predicate row: ``pred_tree``, ``iv_start``/``iv_count`` (its intervals) and the
+    hull of its intervals (``lo_bid``, ``lo_closed``, ``hi_bid``, ``hi_closed``; bound id
+    -1 is unbounded). Conjuncts with ``like`` suffix/contains patterns, which rows cannot
+    hold, are residual in the registry.
     """
 
-    def __init__(self, forest: Forest) -> None:
+    def __init__(self, forest: Forest, registry: ConjunctRegistry) -> None:
         self.forest = forest
-        self.slot = GrowableArray(np.int32)
+        self.registry = registry
         self.pred_start = GrowableArray(np.int32)
         self.pred_count = GrowableArray(np.int32)
-        self.alive = GrowableArray(np.bool_)
-        self.has_patterns = GrowableArray(np.bool_)
-        self.patterned: dict[int, Conjunct] = {}
         self.pred_tree = GrowableArray(np.int32)
         self.pred_iv_start = GrowableArray(np.int32)
         self.pred_iv_count = GrowableArray(np.int32)
@@ -58,14 +54,6 @@ class ConjunctStore:
         self.iv_lo_closed = GrowableArray(np.bool_)
         self.iv_hi_bid = GrowableArray(np.int32)
         self.iv_hi_closed = GrowableArray(np.bool_)
-        # The conjuncts of each subscription slot, as linked lists in two int32 columns:
-        # first_cid[slot] and next_cid[cid] (-1 ends a list).
-        self.first_cid = GrowableArray(np.int32)
-        self.next_cid = GrowableArray(np.int32)
-        self._free: list[int] = []
-        self._size = 0  # cids ever allocated
-        self._removed: list[int] = []
-        self.live = 0
         self.dead_rows = 0
         # Space positions of every predicate row's hull, valid for one forest version.
         self._row_lo = np.empty(0, dtype=np.int32)
@@ -74,8 +62,8 @@ class ConjunctStore:
 
     # -- insertion and removal ------------------------------------------------------
 
-    def insert_many(self, slots: list[int], conjuncts: list[Conjunct]) -> InsertedConjuncts:
-        """Store conjuncts, inserting their bounds into the PS-Trees.
+    def insert_many(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> InsertedConjuncts:
+        """Store the rows of new conjuncts, inserting their bounds into the PS-Trees.
 
         Each conjunct's predicates are put in access order: fewest past events in the
         spaces they cover first (the paper's selectivity), then the operator ranking,
@@ -142,8 +130,8 @@ class ConjunctStore:
             covered_sids, minlength=forest.spaces.size).astype(np.int32)
         counts = np.bincount(np.array(p_conj, dtype=np.int64), minlength=len(conjuncts))
         starts = pred_base + np.cumsum(counts) - counts
-        cids = self._allocate(slots, conjuncts, starts, counts)
-        self._link(np.asarray(slots, dtype=np.int64), cids)
+        self.pred_start.put(cids, starts)
+        self.pred_count.put(cids, counts)
         # Where each stored predicate's covered spaces are, for the matchers' filing.
         rank_in_conj = np.arange(len(order)) - (starts - pred_base)[np.array(p_conj)[order]]
         return InsertedConjuncts(
@@ -156,6 +144,8 @@ class ConjunctStore:
             iv_covered_start=(base[iv_tree] + lo)[iv_order],
             iv_covered_count=(hi - lo + 1)[iv_order],
             layout=layout,
+            residual=np.array([any(p.patterns for p in c.predicates) for c in conjuncts],
+                              dtype=bool),
         )
 
     def _reference_bounds(self, iv_tree: np.ndarray, i_lo: list[Value | None],
@@ -194,59 +184,9 @@ class ConjunctStore:
         pred_tree[iv_pred] = iv_tree
         return per_pred / np.maximum(totals[pred_tree], 1.0)
 
-    def _allocate(self, slots: list[int], conjuncts: list[Conjunct], starts: np.ndarray,
-                  counts: np.ndarray) -> np.ndarray:
-        n = len(conjuncts)
-        reused = self._free[-n:][::-1] if n <= len(self._free) else self._free[::-1]
-        del self._free[len(self._free) - len(reused):]
-        cids = np.concatenate([np.array(reused, dtype=np.int64),
-                               np.arange(self._size, self._size + n - len(reused))])
-        self._size += n - len(reused)
-        patterned = np.array([any(p.patterns for p in c.predicates) for c in conjuncts])
-        values = (np.asarray(slots, dtype=np.int64), starts, counts, np.ones(n, dtype=bool),
-                  patterned)
-        fresh = len(reused)
-        for column, value in zip(self._conjunct_columns, values, strict=True):
-            column.extend(value[fresh:])
-            if fresh:
-                column.data[cids[:fresh]] = value[:fresh]
-        for j in np.flatnonzero(patterned).tolist():
-            self.patterned[int(cids[j])] = conjuncts[j]
-        self.live += n
-        return cids
-
-    def _link(self, slots: np.ndarray, cids: np.ndarray) -> None:
-        """Put each new conjunct at the front of its subscription's list."""
-        for column, size in ((self.first_cid, int(slots.max()) + 1),
-                             (self.next_cid, int(cids.max()) + 1)):
-            if size > len(column):
-                column.extend(np.full(size - len(column), -1, dtype=np.int32))
-        first, nxt = self.first_cid.data, self.next_cid.data
-        for cid, slot in zip(cids[::-1].tolist(), slots[::-1].tolist(), strict=True):
-            nxt[cid] = first[slot]
-            first[slot] = cid
-
-    def cids_of(self, slot: int) -> list[int]:
-        """The conjuncts of the subscription in ``slot``. O(conjuncts)."""
-        cids = []
-        cid = int(self.first_cid.data[slot]) if slot < len(self.first_cid) else -1
-        while cid >= 0:
-            cids.append(cid)
-            cid = int(self.next_cid.data[cid])
-        return cids
-
-    def unlink(self, slot: int) -> list[int]:
-        """The conjuncts of ``slot``, forgotten by the slot (remove each next)."""
-        cids = self.cids_of(slot)
-        self.first_cid.data[slot] = -1
-        return cids
-
-    @property
-    def _conjunct_columns(self) -> tuple[GrowableArray, ...]:
-        return (self.slot, self.pred_start, self.pred_count, self.alive, self.has_patterns)
-
-    def remove(self, cid: int) -> None:
-        """Drop a conjunct: counters down, bounds released (spaces merge). O(p m)."""
+    def release(self, cid: int) -> None:
+        """Release a removed conjunct's rows: counters down, bounds released (spaces
+        merge); the rows stay until :meth:`compact`. O(p m)."""
         forest = self.forest
         start = int(self.pred_start.data[cid])
         for pid in range(start, start + int(self.pred_count.data[cid])):
@@ -259,38 +199,22 @@ class ConjunctStore:
                     hi_bid, bool(self.iv_hi_closed.data[iid]))
                 forest.spaces.predicate_counter[tree.space_ids[lo : hi + 1]] -= 1
                 forest.release_interval(tree, lo_bid, hi_bid)
-        self.alive.data[cid] = False
-        self.patterned.pop(cid, None)
-        self._removed.append(cid)
-        self.live -= 1
         self.dead_rows += int(self.pred_count.data[cid])
-
-    def shrink_to_fit(self) -> None:
-        """Release the columns' spare capacity (after a bulk load). O(rows)."""
-        for column in (*self._columns, self.first_cid, self.next_cid):
-            column.shrink_to_fit()
 
     @property
     def _columns(self) -> tuple[GrowableArray, ...]:
-        return (self.slot, self.pred_start, self.pred_count, self.alive, self.has_patterns,
-                self.pred_tree, self.pred_iv_start, self.pred_iv_count, self.pred_lo_bid,
-                self.pred_lo_closed, self.pred_hi_bid, self.pred_hi_closed, self.iv_lo_bid,
-                self.iv_lo_closed, self.iv_hi_bid, self.iv_hi_closed)
+        return (self.pred_start, self.pred_count, self.pred_tree, self.pred_iv_start,
+                self.pred_iv_count, self.pred_lo_bid, self.pred_lo_closed, self.pred_hi_bid,
+                self.pred_hi_closed, self.iv_lo_bid, self.iv_lo_closed, self.iv_hi_bid,
+                self.iv_hi_closed)
 
-    @property
-    def awaiting_reclaim(self) -> int:
-        """Removed conjuncts whose ids wait for :meth:`reclaim`."""
-        return len(self._removed)
-
-    def reclaim(self) -> None:
-        """Make removed cids reusable; call once no posting list refers to them."""
-        self._free.extend(self._removed)
-        self._removed.clear()
+    def compact(self) -> None:
+        """Drop the rows of removed conjuncts once they are half of all rows. O(rows)."""
         if self.dead_rows > len(self.pred_tree) // 2:
             self._compact_rows()
 
     def _compact_rows(self) -> None:
-        cids = np.flatnonzero(self.alive.view())
+        cids = np.flatnonzero(self.registry.alive.view())
         pred_owner, pids = expand_ranges(self.pred_start.view()[cids],
                                          self.pred_count.view()[cids])
         iv_owner, iids = expand_ranges(self.pred_iv_start.view()[pids],
@@ -357,16 +281,17 @@ class ConjunctStore:
             self._rows_version = self.forest.version
         return self._row_lo, self._row_hi
 
-    def verify(self, events: np.ndarray, cids: np.ndarray, start: int,
-               positions: np.ndarray, flat_events: list[dict[str, Value]],
-               event_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
-        """Keep the (event, conjunct) candidates whose predicates from ``start`` on hold.
+    def verify(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
+               positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Keep the live (event, conjunct) candidates whose predicates hold, from each
+        candidate's ``checked``-th predicate in access order on (those before it are
+        known to hold).
 
         ``positions`` is the chunk's ``[events, trees]`` position matrix (-1: absent).
         Works predicate by predicate over a block of candidates at once, so the cost is
         O(sum over candidates of the predicates checked until the first false one);
-        blocks of :data:`VERIFY_BLOCK` keep the intermediate columns in cache.
-        Conjuncts with ``like`` suffix/contains patterns are finished in Python.
+        blocks of :data:`VERIFY_BLOCK` keep the intermediate columns in cache. The
+        ``like`` patterns rows cannot hold are left to the residual check.
         """
         n_trees = positions.shape[1]
         flat_positions = positions.ravel()
@@ -375,31 +300,29 @@ class ConjunctStore:
         for begin in range(0, len(cids), VERIFY_BLOCK):
             block_e = events[begin : begin + VERIFY_BLOCK].astype(np.int32)
             block_c = cids[begin : begin + VERIFY_BLOCK].astype(np.int32)
-            ok = self._verify_block(block_e, block_c, start, flat_positions, n_trees,
+            block_k = checked[begin : begin + VERIFY_BLOCK].astype(np.int32)
+            ok = self._verify_block(block_e, block_c, block_k, flat_positions, n_trees,
                                     row_lo, row_hi)
             kept_e.append(block_e[ok])
             kept_c.append(block_c[ok])
         if not kept_e:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty
-        events = np.concatenate(kept_e).astype(np.int64)
-        cids = np.concatenate(kept_c).astype(np.int64)
-        return evaluate_flagged(events, cids, self.has_patterns.data, self.patterned.__getitem__,
-                                flat_events, event_offset)
+        return np.concatenate(kept_e).astype(np.int64), np.concatenate(kept_c).astype(np.int64)
 
-    def _verify_block(self, events: np.ndarray, cids: np.ndarray, start: int,
+    def _verify_block(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                       flat_positions: np.ndarray, n_trees: int, row_lo: np.ndarray,
                       row_hi: np.ndarray) -> np.ndarray:
-        """Mask of the block's candidates that are live and pass predicates ``start``...
+        """Mask of the block's candidates that are live and pass their unchecked predicates.
 
         Carries, per surviving candidate, its index in the block, its row in the
         position matrix, its first predicate row and how many predicates remain, so
         each step is one gather of the event's position and of the row's bounds.
         """
-        index = np.flatnonzero(self.alive.data[cids]).astype(np.int32)
+        index = np.flatnonzero(self.registry.alive.data[cids]).astype(np.int32)
         matrix_row = events[index] * np.int32(n_trees)
-        first = self.pred_start.data[cids[index]] + np.int32(start)
-        remaining = self.pred_count.data[cids[index]] - np.int32(start)
+        first = self.pred_start.data[cids[index]] + checked[index]
+        remaining = self.pred_count.data[cids[index]] - checked[index]
         ok = np.zeros(len(cids), dtype=bool)
         while len(index):
             finished = remaining <= 0
@@ -429,23 +352,17 @@ class ConjunctStore:
 
     @property
     def nbytes(self) -> int:
-        # A patterned conjunct is also kept as objects: ~1 KiB each.
-        return (sum(c.nbytes for c in self._columns) + self._row_lo.nbytes
-                + self._row_hi.nbytes + 1024 * len(self.patterned))
-
-    @property
-    def live_predicates(self) -> int:
-        cids = np.flatnonzero(self.alive.view())
-        return int(self.pred_count.view()[cids].sum())
+        return sum(c.nbytes for c in self._columns) + self._row_lo.nbytes + self._row_hi.nbytes
 
     def conjunct(self, cid: int) -> Conjunct:
         """The live conjunct ``cid`` rebuilt from its rows (values from the trees' bounds).
 
         Equal to the conjunct that was inserted. Cost O(predicates + intervals).
         """
-        if cid in self.patterned:
-            return self.patterned[cid]
-        assert self.alive.data[cid], f"conjunct {cid} is not live"
+        residual = self.registry.residual_conjuncts.get(cid)
+        if residual is not None:
+            return residual
+        assert self.registry.alive.data[cid], f"conjunct {cid} is not live"
         forest = self.forest
         predicates = []
         start = int(self.pred_start.data[cid])
@@ -473,11 +390,13 @@ class ConjunctStore:
         """
         forest = self.forest
         expected = np.zeros(forest.spaces.size, dtype=np.int64)
-        for cid in np.flatnonzero(self.alive.view()).tolist():
+        registry = self.registry
+        for cid in np.flatnonzero(registry.alive.view()).tolist():
             start, count = int(self.pred_start.data[cid]), int(self.pred_count.data[cid])
             trees = self.pred_tree.view()[start : start + count]
             assert len(set(trees.tolist())) == count, f"conjunct {cid}: a tree twice"
-            assert (cid in self.patterned) == bool(self.has_patterns.data[cid])
+            if registry.residual.data[cid]:
+                assert any(p.patterns for p in self.conjunct(cid).predicates)
             for pid in range(start, start + count):
                 tree = forest.trees[int(self.pred_tree.data[pid])]
                 first, n = int(self.pred_iv_start.data[pid]), int(self.pred_iv_count.data[pid])
@@ -497,13 +416,7 @@ class ConjunctStore:
         live = forest.spaces.alive[: forest.spaces.size]
         actual = forest.spaces.predicate_counter[: forest.spaces.size]
         assert (actual[live] == expected[live]).all(), "predicate counters disagree"
-        linked = [cid for slot in np.flatnonzero(self.first_cid.view() >= 0).tolist()
-                  for cid in self.cids_of(slot)]
-        assert sorted(linked) == np.flatnonzero(self.alive.view()).tolist(), (
-            "every live conjunct is linked from its subscription exactly once")
-        assert all(self.slot.data[cid] == slot
-                   for slot in np.flatnonzero(self.first_cid.view() >= 0).tolist()
-                   for cid in self.cids_of(slot))
+        assert len(self.pred_start) == len(self.pred_count) == len(registry)
 
 
 @dataclass(slots=True)
@@ -524,6 +437,8 @@ class InsertedConjuncts:
     iv_covered_start: np.ndarray
     iv_covered_count: np.ndarray
     layout: np.ndarray
+    residual: np.ndarray
+    """Per conjunct: it has ``like`` suffix/contains patterns the rows cannot hold."""
 
     def covered(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(cid, space id) for every space covered by each conjunct's k-th predicate."""
@@ -532,21 +447,3 @@ class InsertedConjuncts:
         owner, positions = expand_ranges(self.iv_covered_start[ivs], self.iv_covered_count[ivs])
         return self.cids[self.pred_conj[preds][iv_owner][owner]], self.layout[positions]
 
-
-def evaluate_flagged(events: np.ndarray, cids: np.ndarray, flagged: np.ndarray,
-                     conjunct_of: Callable[[int], Conjunct], flat_events: list[dict[str, Value]],
-                     event_offset: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Finish (event, conjunct) pairs whose conjunct is ``flagged`` with a Python check.
-
-    For what an index cannot decide by itself (``like`` suffix and contains patterns,
-    or a paper's missing operators): ``conjunct_of(cid).evaluate`` on the flat event
-    ``flat_events[event + event_offset]``. Cost O(pairs) vectorised plus O(flagged) in
-    Python.
-    """
-    check = np.flatnonzero(flagged[cids])
-    if not len(check):
-        return events, cids
-    keep = np.ones(len(cids), dtype=bool)
-    for i in check.tolist():
-        keep[i] = conjunct_of(int(cids[i])).evaluate(flat_events[int(events[i]) + event_offset])
-    return events[keep], cids[keep]

@@ -68,6 +68,27 @@ def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
     assert matcher.match_batch([{"a": 1}, {"a": 2}]) == [set(), {"x"}]
 
 
+FOREST_MATCHERS = {"pstbloom", "psthash", "opindex", "betree"}
+
+
+def test_stats_mean_the_same_in_every_matcher(matcher):
+    matcher.add_many([
+        ("x", "a between 1 and 5 and b != 3"),  # 1 conjunct of 2 predicates
+        ("y", "c like '%z%' or d not between 2 and 4"),  # 2 conjuncts of 1
+        ("z", "e in (1, 2, 3) and not (f = 1)"),  # 1 conjunct of 2
+    ])
+    matcher.check()
+    stats = matcher.stats()
+    assert (stats.subscriptions, stats.conjuncts, stats.predicates) == (3, 4, 6)
+    # Distinct bounds per attribute: a 2, b 1, c 0, d 2, e 3, f 1; 2m + 1 spaces each.
+    assert stats.spaces == (24 if matcher.name in FOREST_MATCHERS else 0)
+    matcher.remove("y")
+    matcher.check()
+    stats = matcher.stats()
+    assert (stats.subscriptions, stats.conjuncts, stats.predicates) == (2, 2, 4)
+    assert stats.spaces == (20 if matcher.name in FOREST_MATCHERS else 0)  # d: 1 space left
+
+
 def test_stats_count_the_index(matcher):
     matcher.add_many([("x", "a = 1 or b in (1, 2)"), ("y", "c > 3 and d < 2")])
     stats = matcher.stats()

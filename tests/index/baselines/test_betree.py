@@ -29,7 +29,7 @@ def tree(matcher: BETreeMatcher, attribute: str) -> int:
 
 
 def node_of(matcher: BETreeMatcher, sub_id: str) -> CNode:
-    (cid,) = matcher.store.cids_of(matcher._slot_of[sub_id])
+    (cid,) = matcher.registry.cids_of(matcher._slot_of[sub_id])
     return matcher._node_of[cid]
 
 
@@ -132,7 +132,7 @@ def test_deletion_merges_buckets_and_removes_empty_p_nodes() -> None:
         matcher.check()
         agree(matcher, scan, events)
     assert not matcher.root.pdir and not matcher.root.lnode
-    assert matcher.stats().spaces == 1  # only the root c-node is left
+    assert len(matcher._nodes()) == 1  # only the root c-node is left
 
 
 def test_removing_half_keeps_scores_and_leaves_consistent() -> None:

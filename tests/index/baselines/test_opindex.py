@@ -27,7 +27,7 @@ def agree(matcher: OpIndexMatcher, scan: object, events: list[dict]) -> None:
 
 def entries_of(matcher: OpIndexMatcher, sub_id: str) -> list[tuple[int, int, int]]:
     """(operator, threshold offset, bound id) of a single-conjunct subscription's entries."""
-    (cid,) = matcher.store.cids_of(matcher._slot_of[sub_id])
+    (cid,) = matcher.registry.cids_of(matcher._slot_of[sub_id])
     block, bid, offset, cid_column = matcher._all_entries()
     mine = np.flatnonzero(cid_column == cid)
     return sorted(zip((block[mine] % 3).tolist(), offset[mine].tolist(), bid[mine].tolist(),
@@ -40,7 +40,7 @@ def tree(matcher: OpIndexMatcher, attribute: str) -> int:
 
 def test_pivot_is_the_least_used_attribute_without_event_history() -> None:
     matcher, _ = build({"x": "a = 1 and b = 1", "y": "a = 2 and c = 1", "z": "a = 3 and b = 2"})
-    (cid,) = matcher.store.cids_of(matcher._slot_of["y"])
+    (cid,) = matcher.registry.cids_of(matcher._slot_of["y"])
     assert matcher.pivot.data[cid] == tree(matcher, "c")
 
 
@@ -48,7 +48,7 @@ def test_pivot_is_the_least_frequent_attribute_in_the_event_stream() -> None:
     matcher, _ = build({"x": "a = 1 and b = 1"})
     matcher.match_batch([{"a": 1, "b": 1}, {"b": 2}, {"b": 3}])  # b is frequent, a rare
     matcher.add("y", "a = 2 and b = 2")
-    (cid,) = matcher.store.cids_of(matcher._slot_of["y"])
+    (cid,) = matcher.registry.cids_of(matcher._slot_of["y"])
     assert matcher.pivot.data[cid] == tree(matcher, "a")
 
 
@@ -57,7 +57,7 @@ def test_operators_map_to_the_three_lists_with_counter_targets() -> None:
         "in": "a in (1, 2, 3)", "between": "a between 2 and 5", "ne": "a != 3",
         "lt": "a < 5", "ge": "a >= 5", "suffix": "s like '%on'", "prefix": "s like 'ab%'",
     })
-    need = {k: int(matcher.need.data[matcher.store.cids_of(matcher._slot_of[k])[0]])
+    need = {k: int(matcher.need.data[matcher.registry.cids_of(matcher._slot_of[k])[0]])
             for k in ("in", "between", "ne", "lt", "ge", "suffix", "prefix")}
     ops = {k: [(op, off) for op, off, _ in entries_of(matcher, k)] for k in need}
     assert ops["in"] == [(EQ, 1)] * 3 and need["in"] == 1  # one counter slot for the IN list
@@ -116,7 +116,7 @@ def test_delta_run_merges_into_main_and_rekeys_on_new_values(monkeypatch) -> Non
 
 
 def test_deletion_tombstones_then_purges(monkeypatch) -> None:
-    monkeypatch.setattr("index.baselines.opindex.PURGE_MIN", 3)
+    monkeypatch.setattr("index.core.registry.PURGE_MIN", 3)
     texts = {f"s{i}": f"a = {i % 5} and b between {i} and {i + 10}" for i in range(30)}
     matcher, scan = build(texts)
     events = [{"a": i % 5, "b": i} for i in range(45)]
@@ -128,9 +128,10 @@ def test_deletion_tombstones_then_purges(monkeypatch) -> None:
         matcher.check()
         agree(matcher, scan, events)
     assert len(matcher._all_entries()[0]) < entries_before  # purged, not only tombstoned
-    assert matcher._dead <= len(matcher)
+    assert matcher.registry.awaiting_reclaim <= len(matcher)
     size = int(matcher.list_size.sum())
-    assert size == len(matcher) + matcher._dead  # counter slots renumbered at the purge
+    # counter slots renumbered at the purge
+    assert size == len(matcher) + matcher.registry.awaiting_reclaim
     for i in range(0, 30, 3):  # cids freed by the purge are reused
         matcher.add(f"s{i}", texts[f"s{i}"])
         scan.add(f"s{i}", texts[f"s{i}"])  # type: ignore[attr-defined]

@@ -73,9 +73,9 @@ def test_two_predicates_on_one_attribute_count_twice() -> None:
     m.check()
 
 
-def test_deleted_entries_stay_until_the_bulk_purge() -> None:
+def test_deleted_entries_stay_until_the_bulk_purge(monkeypatch) -> None:
     m = PBTreeMatcher()
-    m.PURGE_MIN = 2
+    monkeypatch.setattr("index.core.registry.PURGE_MIN", 2)
     for i in range(6):
         m.add(i, f"x >= {i} and x != {i + 1}")
     assert m.match({"x": 0}) == {0}
@@ -89,6 +89,6 @@ def test_deleted_entries_stay_until_the_bulk_purge() -> None:
     m.check()
     assert len(tree.leaf) == len(tree.greater) == len(tree.inequality) == 3
     m.add("new", "x >= 0")
-    assert m._cids_of[m._slot_of["new"]][0] < 6  # a purged cid is reused
+    assert m.registry.cids_of(m._slot_of["new"])[0] < 6  # a purged cid is reused
     assert m.match({"x": 9}) == {3, 4, 5, "new"}
     m.check()

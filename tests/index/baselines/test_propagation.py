@@ -9,7 +9,7 @@ from index.baselines.propagation import PropagationMatcher
 
 def filed(m: PropagationMatcher, sub_id: object) -> tuple[int, object, list[object]]:
     """(cluster width, access predicate, other predicates) of a one-conjunct id."""
-    (cid,) = m._cids_of[m._slot_of[sub_id]]
+    (cid,) = m.registry.cids_of(m._slot_of[sub_id])
     m._prepare()
     for width, table in m.clusters.items():
         rows = (table.owners == cid).nonzero()[0]
@@ -70,9 +70,9 @@ def test_history_picks_the_equality_fewer_events_satisfied() -> None:
     assert m.events_seen == 10
 
 
-def test_removed_rows_are_skipped_then_purged_and_pids_reused() -> None:
+def test_removed_rows_are_skipped_then_purged_and_pids_reused(monkeypatch) -> None:
     m = PropagationMatcher()
-    m.PURGE_MIN = 2
+    monkeypatch.setattr("index.core.registry.PURGE_MIN", 2)
     for i in range(6):
         m.add(i, f"a = 1 and b = {i}")
     assert m.match({"a": 1, "b": 0}) == {0}
@@ -84,7 +84,7 @@ def test_removed_rows_are_skipped_then_purged_and_pids_reused() -> None:
     m.remove(1)
     m.remove(2)  # three removals: purge
     m.check()
-    assert len(m.clusters[1]) == 3 and m.table.removed == []
+    assert len(m.clusters[1]) == 3 and m.registry.awaiting_reclaim == 0
     m.add("x", "a = 1 and b = 7")
     assert m.predicates.size == pids_before  # a purged pid was reused
     assert m.match({"a": 1, "b": 7}) == {"x"}

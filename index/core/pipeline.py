@@ -1,0 +1,170 @@
+"""The one life cycle and batch pipeline of every indexed matcher.
+
+:class:`IndexedMatcher` implements the :class:`index.matcher.Matcher` hooks once for
+all indexes (every matcher but the reference ``scan``):
+
+* **add**: the subscriptions' conjuncts get ids from the
+  :class:`index.core.registry.ConjunctRegistry`; the family *files* them in its
+  structures (:meth:`IndexedMatcher._file`) and says which are residual;
+* **remove**: the registry unlinks the subscription's conjuncts (dead at once); the
+  family *unfiles* them (:meth:`IndexedMatcher._unfile`); once the registry says a purge
+  is due, the family drops every entry naming dead conjuncts
+  (:meth:`IndexedMatcher._purge`) and the registry makes their ids reusable;
+* **match**, for a batch of validated flat events: the family prepares the batch once
+  (:meth:`IndexedMatcher._begin`, e.g. locating every pair in the PS-Trees), then per
+  *chunk* of events: *candidates* (the family's lookup,
+  :meth:`IndexedMatcher._candidates`), *verify* (the exact check of predicates the
+  lookup did not decide, :meth:`IndexedMatcher._verify`), the *residual check* of
+  conjuncts no index decides (:meth:`index.core.registry.ConjunctRegistry.keep_satisfied`),
+  and finally *group by event* (:func:`index.core.columns.group_by_event`).
+
+Chunks keep a batch's intermediate columns bounded: a chunk is sized so that its work
+(hits, candidates, counter cells: what the family reports) stays near
+:data:`WORK_BUDGET`, estimated from the previous chunk (the first chunk of a fresh
+matcher has :data:`FIRST_CHUNK` events), and so that dense per-event tables of
+``Batch.cells_per_event`` cells stay within :data:`CELL_BUDGET`.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from index.core.columns import group_by_event
+from index.core.registry import ConjunctRegistry
+from index.events import FlatEvent
+from index.language import Conjunct, Subscription
+from index.matcher import Matcher, MatcherStats
+
+WORK_BUDGET = 1 << 22
+"""Work (candidate pairs, hits, counter cells) one chunk should do: 32 MiB per column."""
+CELL_BUDGET = 1 << 22
+"""Most cells of a chunk's dense per-event tables (16 MiB of int32)."""
+FIRST_CHUNK = 16
+"""Events in a matcher's first chunk, before it knows its work per event."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """A batch of flat events as a family prepared it; families extend it."""
+
+    events: list[FlatEvent]
+    cells_per_event: int
+    """Cells of the dense per-event tables a chunk builds (0: none)."""
+
+
+@dataclass(slots=True)
+class Candidates:
+    """What a family's lookup found for one chunk: (chunk event, cid) pairs.
+
+    ``checked`` is, per pair, how many of the conjunct's first predicates (in the
+    family's access order) the lookup already knows to hold; ``None`` when the lookup
+    decided every pair exactly (counting reached the conjunct's size). ``work`` is how
+    much the lookup handled, for sizing the next chunk.
+    """
+
+    events: np.ndarray
+    cids: np.ndarray
+    work: int
+    checked: np.ndarray | None = None
+
+
+class IndexedMatcher(Matcher):
+    """A matcher whose family supplies filing, unfiling and candidate lookup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.registry = ConjunctRegistry()
+        self._work_per_event = WORK_BUDGET / FIRST_CHUNK
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def _insert(self, slot: int, subscription: Subscription) -> None:
+        self._insert_many([(slot, subscription)])
+
+    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
+        slots, conjuncts = self._conjuncts_of(batch)
+        cids = self.registry.allocate(slots, conjuncts)
+        residual = np.flatnonzero(self._file(cids, conjuncts))
+        if len(residual):
+            self.registry.mark_residual(cids[residual], [conjuncts[i] for i in residual])
+
+    def _delete(self, slot: int) -> None:
+        self._unfile(self.registry.unlink(slot))
+        if self.registry.purge_due:
+            self._purge()
+            self.registry.reclaim()
+
+    # -- matching ----------------------------------------------------------------------
+
+    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
+        batch = self._begin(events)
+        found_e, found_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        first = 0
+        while first < len(events):
+            last = self._chunk_end(batch, first)
+            found = self._candidates(batch, first, last)
+            self._work_per_event = max(found.work / (last - first), 1.0)
+            e, c = (found.events, found.cids) if found.checked is None else (
+                self._verify(batch, first, last, found))
+            e, c = self.registry.keep_satisfied(e, c, events[first:last])
+            found_e.append(e + first)
+            found_c.append(c)
+            first = last
+        slots = self.registry.slot.data[np.concatenate(found_c)]
+        return group_by_event(len(events), np.concatenate(found_e), slots)
+
+    def _chunk_end(self, batch: Batch, first: int) -> int:
+        size = int(WORK_BUDGET / self._work_per_event)
+        if batch.cells_per_event:
+            size = min(size, CELL_BUDGET // batch.cells_per_event)
+        return min(len(batch.events), first + max(size, 1))
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def stats(self) -> MatcherStats:
+        registry = self.registry
+        return MatcherStats(len(self), registry.live, registry.live_predicates,
+                            self._spaces(), registry.nbytes + self._structure_bytes())
+
+    def check(self) -> None:
+        self.registry.check(list(self._slot_of.values()))
+
+    def _spaces(self) -> int:
+        """Live PS-Tree predicate spaces of the index (0 without a forest)."""
+        return 0
+
+    # -- what a family supplies --------------------------------------------------------
+
+    @abstractmethod
+    def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
+        """Index new conjuncts under their cids; returns the mask of residual ones."""
+
+    @abstractmethod
+    def _unfile(self, cids: list[int]) -> None:
+        """Take removed conjuncts out (or mark them for the purge)."""
+
+    @abstractmethod
+    def _purge(self) -> None:
+        """Drop every entry that names a removed conjunct."""
+
+    def _begin(self, events: list[FlatEvent]) -> Batch:
+        """Bring the structures up to date and prepare a batch (default: nothing)."""
+        return Batch(events, 0)
+
+    @abstractmethod
+    def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
+        """The (chunk event, cid) candidates of events ``first .. last - 1``."""
+
+    def _verify(self, batch: Batch, first: int, last: int,
+                found: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates whose unchecked predicates hold; families whose lookup can
+        leave predicates unchecked override it."""
+        raise NotImplementedError(f"{type(self).__name__} leaves predicates unchecked")
+
+    @abstractmethod
+    def _structure_bytes(self) -> int:
+        """Estimated bytes of the family's structures (the registry is counted apart)."""

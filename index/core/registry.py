@@ -1,0 +1,181 @@
+"""The conjunct registry: one id space for the conjuncts of every indexed matcher.
+
+A subscription's normal form is a disjunction of conjuncts (:mod:`index.language`);
+every indexed matcher files each conjunct under a dense integer *conjunct id*
+(``cid``). This module owns, for all of them:
+
+* *id allocation*: :meth:`ConjunctRegistry.allocate` hands out cids, reusing freed
+  ones first; per cid the registry keeps the subscription's slot, whether it is
+  alive and its number of normal-form predicates;
+* *subscription -> conjunct links*: each slot's cids as a linked list in two int32
+  columns (``first_cid[slot]``, ``next_cid[cid]``), so a removal finds its conjuncts
+  without a dict of lists;
+* the *residual* conjuncts, those an index cannot decide by itself (``like`` suffix and
+  contains patterns, or gaps a paper's operators cannot express): flagged per cid and
+  kept as objects, and finished by :meth:`ConjunctRegistry.keep_satisfied`;
+* the *reclaim policy*: a removed cid is dead at once but becomes reusable only after
+  :meth:`ConjunctRegistry.reclaim`, which the pipeline calls once the matcher has
+  purged every structure naming removed cids. The purge is due
+  (:attr:`ConjunctRegistry.purge_due`) when the removed cids exceed
+  :data:`PURGE_MIN` and a quarter of the live ones, so a stale posting can never name
+  a new conjunct and purges cost amortised O(1) per removal;
+* *memory accounting*: :attr:`ConjunctRegistry.nbytes`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from index.core.columns import GrowableArray
+from index.events import FlatEvent
+from index.language import Conjunct
+
+PURGE_MIN = 1024
+"""Removed conjuncts that always wait for a bulk purge (beyond it, a quarter of the live)."""
+RESIDUAL_BYTES = 1024
+"""Estimated bytes of a residual conjunct kept as Python objects."""
+
+
+class ConjunctRegistry:
+    """Conjunct ids, their subscriptions, liveness, residual flags and reclaim."""
+
+    def __init__(self) -> None:
+        self.slot = GrowableArray(np.int32)
+        self.alive = GrowableArray(np.bool_)
+        self.predicates = GrowableArray(np.int32)  # normal-form predicates per conjunct
+        self.residual = GrowableArray(np.bool_)
+        self.residual_conjuncts: dict[int, Conjunct] = {}
+        self.first_cid = GrowableArray(np.int32)
+        self.next_cid = GrowableArray(np.int32)
+        self._free: list[int] = []
+        self._removed: list[int] = []
+        self.live = 0
+        self.live_predicates = 0
+
+    def __len__(self) -> int:
+        """Cids ever handed out (the length of every per-cid column)."""
+        return len(self.alive)
+
+    # -- allocation and links --------------------------------------------------------
+
+    def allocate(self, slots: Sequence[int], conjuncts: Sequence[Conjunct]) -> np.ndarray:
+        """New cids for ``conjuncts`` (of the subscriptions in ``slots``), linked to their
+        slots; freed cids are reused first. Cost O(n) plus O(1) Python work per cid
+        for the links."""
+        n = len(conjuncts)
+        reused = self._free[-n:][::-1] if n <= len(self._free) else self._free[::-1]
+        del self._free[len(self._free) - len(reused):]
+        cids = np.concatenate([np.array(reused, dtype=np.int64),
+                               np.arange(len(self), len(self) + n - len(reused))])
+        slot_column = np.asarray(slots, dtype=np.int64)
+        sizes = np.fromiter((len(c.predicates) for c in conjuncts), dtype=np.int64, count=n)
+        for column, values in ((self.slot, slot_column), (self.alive, np.ones(n, dtype=bool)),
+                               (self.predicates, sizes), (self.residual, np.zeros(n, bool))):
+            column.put(cids, values)
+        self.live += n
+        self.live_predicates += int(sizes.sum())
+        self._link(slot_column, cids)
+        return cids
+
+    def _link(self, slots: np.ndarray, cids: np.ndarray) -> None:
+        """Put each new conjunct at the front of its subscription's list."""
+        self.first_cid.grow_to(int(slots.max()) + 1, fill=-1)
+        self.next_cid.grow_to(len(self), fill=-1)
+        first, nxt = self.first_cid.data, self.next_cid.data
+        for cid, slot in zip(cids[::-1].tolist(), slots[::-1].tolist(), strict=True):
+            nxt[cid] = first[slot]
+            first[slot] = cid
+
+    def cids_of(self, slot: int) -> list[int]:
+        """The conjuncts of the subscription in ``slot``. O(conjuncts)."""
+        cids = []
+        cid = int(self.first_cid.data[slot]) if slot < len(self.first_cid) else -1
+        while cid >= 0:
+            cids.append(cid)
+            cid = int(self.next_cid.data[cid])
+        return cids
+
+    def mark_residual(self, cids: np.ndarray, conjuncts: Sequence[Conjunct]) -> None:
+        """Flag conjuncts whose candidates must be finished by ``Conjunct.evaluate``."""
+        self.residual.data[cids] = True
+        for cid, conjunct in zip(cids.tolist(), conjuncts, strict=True):
+            self.residual_conjuncts[cid] = conjunct
+
+    # -- removal and reclaim -----------------------------------------------------------
+
+    def unlink(self, slot: int) -> list[int]:
+        """Remove the conjuncts of ``slot``: dead at once, reusable after reclaim."""
+        cids = self.cids_of(slot)
+        self.first_cid.data[slot] = -1
+        for cid in cids:
+            self.alive.data[cid] = False
+            self.residual.data[cid] = False
+            self.residual_conjuncts.pop(cid, None)
+            self.live_predicates -= int(self.predicates.data[cid])
+        self._removed.extend(cids)
+        self.live -= len(cids)
+        return cids
+
+    @property
+    def awaiting_reclaim(self) -> int:
+        """Removed conjuncts whose ids wait for :meth:`reclaim`."""
+        return len(self._removed)
+
+    @property
+    def purge_due(self) -> bool:
+        """Whether enough conjuncts were removed to purge the structures in bulk."""
+        return len(self._removed) > max(PURGE_MIN, self.live // 4)
+
+    def reclaim(self) -> None:
+        """Make removed cids reusable; call once no structure refers to them."""
+        self._free.extend(self._removed)
+        self._removed.clear()
+
+    # -- matching ----------------------------------------------------------------------
+
+    def keep_satisfied(self, events: np.ndarray, cids: np.ndarray,
+                       flat_events: Sequence[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
+        """The (event, conjunct) pairs that hold, finishing residual conjuncts in Python.
+
+        Pairs of other conjuncts are kept as they are (the index decided them). Cost
+        O(pairs) vectorised plus one ``Conjunct.evaluate`` per residual pair.
+        """
+        check = np.flatnonzero(self.residual.data[cids])
+        if not len(check):
+            return events, cids
+        keep = np.ones(len(cids), dtype=bool)
+        conjunct_of = self.residual_conjuncts.__getitem__
+        for i in check.tolist():
+            keep[i] = conjunct_of(int(cids[i])).evaluate(flat_events[int(events[i])])
+        return events[keep], cids[keep]
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    @property
+    def _columns(self) -> tuple[GrowableArray, ...]:
+        return (self.slot, self.alive, self.predicates, self.residual, self.first_cid,
+                self.next_cid)
+
+    @property
+    def nbytes(self) -> int:
+        return (sum(c.nbytes for c in self._columns) + 8 * len(self._free)
+                + 8 * len(self._removed) + RESIDUAL_BYTES * len(self.residual_conjuncts))
+
+    def check(self, slots: Sequence[int]) -> None:
+        """Assert that the live conjuncts are exactly those linked from ``slots`` (the
+        live subscriptions), each once and with its slot, and that the counts agree."""
+        alive = self.alive.view()
+        linked = [(slot, cid) for slot in slots for cid in self.cids_of(slot)]
+        assert all(linked_cids for linked_cids in map(self.cids_of, slots)), (
+            "a subscription has no conjunct")
+        assert sorted(cid for _, cid in linked) == np.flatnonzero(alive).tolist(), (
+            "every live conjunct is linked from its subscription exactly once")
+        assert all(self.slot.data[cid] == slot for slot, cid in linked)
+        assert self.live == int(alive.sum())
+        assert self.live_predicates == int(self.predicates.view()[alive].sum())
+        assert not alive[self._removed + self._free].any(), "a free cid is alive"
+        residual = np.flatnonzero(self.residual.view()).tolist()
+        assert sorted(self.residual_conjuncts) == residual
+        assert alive[residual].all(), "a dead conjunct is flagged residual"

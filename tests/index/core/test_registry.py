@@ -1,0 +1,55 @@
+"""The conjunct registry every indexed matcher shares: ids, links, residuals, reclaim."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from index.core import registry as registry_module
+from index.core.registry import ConjunctRegistry
+from index.language import parse_subscription
+
+
+def conjuncts(text: str):
+    return list(parse_subscription(text).conjuncts)
+
+
+def test_allocate_links_each_subscription_to_its_conjuncts():
+    r = ConjunctRegistry()
+    first = conjuncts("a = 1 or b = 2")
+    cids = r.allocate([7, 7], first)
+    cids2 = r.allocate([3], conjuncts("c > 1 and d < 2"))
+    r.check([7, 3])
+    assert sorted(r.cids_of(7)) == sorted(cids.tolist()) and r.cids_of(3) == cids2.tolist()
+    assert (r.live, r.live_predicates) == (3, 4)
+    assert r.slot.data[cids2[0]] == 3
+
+
+def test_removed_ids_are_reused_only_after_reclaim(monkeypatch):
+    monkeypatch.setattr(registry_module, "PURGE_MIN", 1)
+    r = ConjunctRegistry()
+    for slot in range(4):
+        r.allocate([slot], conjuncts(f"a = {slot}"))
+    removed = r.unlink(0) + r.unlink(1)
+    r.check([2, 3])
+    assert not r.alive.data[removed].any() and r.purge_due and r.awaiting_reclaim == 2
+    assert set(r.allocate([5], conjuncts("b = 1")).tolist()).isdisjoint(removed)
+    r.reclaim()
+    assert r.allocate([6], conjuncts("b = 2"))[0] in removed
+    r.check([2, 3, 5, 6])
+    assert (r.live, r.live_predicates, len(r)) == (4, 4, 5)
+
+
+def test_residual_conjuncts_are_finished_by_evaluation():
+    r = ConjunctRegistry()
+    cids = r.allocate([0, 1], [*conjuncts("s like '%x%'"), *conjuncts("s like 'a%'")])
+    r.mark_residual(cids[:1], conjuncts("s like '%x%'"))
+    r.check([0, 1])
+    events = np.array([0, 0, 1, 1])
+    pairs = np.array([cids[0], cids[1], cids[0], cids[1]])
+    kept_e, kept_c = r.keep_satisfied(events, pairs, [{"s": "axe"}, {"s": "abc"}])
+    # the index decided the second conjunct; the first holds only where "x" occurs
+    assert list(zip(kept_e.tolist(), kept_c.tolist(), strict=True)) == [
+        (0, cids[0]), (0, cids[1]), (1, cids[1])]
+    r.unlink(0)
+    r.check([1])
+    assert not r.residual_conjuncts
