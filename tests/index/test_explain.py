@@ -19,8 +19,16 @@ from index import (
     make_matcher,
 )
 from index.explain import Reason, render_comparison
-from index.language import Comparison, parse_expression, parse_subscription
-from tests.index.strategies import comparisons, events, expressions
+from index.language import (
+    Comparison,
+    Expression,
+    Kind,
+    Not,
+    kind_of,
+    parse_expression,
+    parse_subscription,
+)
+from tests.index.strategies import BOOLS, NUMBERS, STRINGS, comparisons, events, expressions
 
 
 def marks(e: Explanation) -> list[tuple[str, bool | None, Reason | None]]:
@@ -131,9 +139,37 @@ def test_a_rendered_comparison_parses_back_to_itself(text: str) -> None:
     assert [type(v) for v in again.values] == [type(v) for v in c.values]
 
 
-@given(expressions(), events())
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_the_verdict_is_every_matchers_answer(text: str, event: dict) -> None:
+def leaves(node: Expression) -> list[Comparison]:
+    if isinstance(node, Comparison):
+        return [node]
+    children = (node.child,) if isinstance(node, Not) else node.children
+    return [c for child in children for c in leaves(child)]
+
+
+@st.composite
+def expressions_and_events(draw: st.DrawFn) -> tuple[str, dict]:
+    """An expression and an event that often gives its attributes values of the right
+    kind, from the expression's own literals or their pool (so that comparisons are
+    often true or false, not mostly unknown)."""
+    text, event = draw(expressions()), draw(events())
+    try:
+        expression = parse_expression(text)
+    except ExpressionError:
+        return text, event
+    for c in leaves(expression):
+        if draw(st.booleans()):
+            pool = {Kind.NUMBER: NUMBERS, Kind.STRING: STRINGS, Kind.BOOL: BOOLS}
+            value = draw(st.sampled_from([*c.values, *pool[kind_of(c.values[0])]]))
+            if c.attribute == "u.v":
+                event.pop("u", None)
+            event[c.attribute] = value
+    return text, event
+
+
+@given(expressions_and_events())
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_the_verdict_is_every_matchers_answer(case: tuple[str, dict]) -> None:
+    text, event = case
     try:
         subscription = parse_subscription(text)
     except ExpressionError:
