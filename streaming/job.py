@@ -235,7 +235,10 @@ class BatchProcessor:
                 partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
             )
             if rejects:
-                out = out.unionByName(self.spark.createDataFrame(rejects, OUTPUT_DDL))
+                # an RDD rather than a local relation, so that the records (up to ~800 KB
+                # each) travel as data and are not embedded in the batch's query plan
+                rdd = self.spark.sparkContext.parallelize(rejects, 1)
+                out = out.unionByName(self.spark.createDataFrame(rdd, OUTPUT_DDL))
             (
                 out.write.format("kafka")
                 .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
