@@ -64,12 +64,13 @@ def _setup_logging(level: str) -> None:
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
-    for noisy in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # librdkafka logs every failed connection attempt; its errors reach the user once,
-    # as the client's exception (connectors.kafka), unless debugging
-    debug = level.upper() == "DEBUG"
-    logging.getLogger("psmatch.kafka.client").setLevel(logging.DEBUG if debug else logging.CRITICAL)
+    # Unless debugging, failures reach the user once, in psmatch's own words: librdkafka
+    # logs every failed connection attempt (its errors are the client's exception, see
+    # connectors.kafka), and py4j logs the traceback of a failed foreachBatch (psmatch run
+    # reports the failed query in one line, see streaming.supervisor).
+    quiet = logging.DEBUG if level.upper() == "DEBUG" else logging.CRITICAL
+    for noisy in ("py4j", "psmatch.kafka.client"):
+        logging.getLogger(noisy).setLevel(quiet)
 
 
 # -- local servers ---------------------------------------------------------------------
@@ -167,8 +168,13 @@ def cmd_servers(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 
 def _watch(query: Any, metrics: Any) -> None:
     """Until the query stops: feed Spark's progress to the metrics once a second."""
+    from pyspark.errors import StreamingQueryException
+
     while query.isActive:
-        query.awaitTermination(1.0)
+        try:
+            query.awaitTermination(1.0)
+        except StreamingQueryException:
+            return  # the caller reads query.exception()
         progress = query.lastProgress
         metrics.observe_progress(None if progress is None else json.loads(progress.json))
 

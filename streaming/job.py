@@ -158,6 +158,13 @@ def build_spark(config: ServiceConfig, app_name: str = "psmatch", **extra: str) 
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if config.log_level.upper() != "DEBUG":
+        # A failed query is reported by psmatch run in one line (streaming.supervisor);
+        # Spark's own report of it is a stack trace of hundreds of lines.
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF
+        )
     return spark
 
 
@@ -203,6 +210,7 @@ class BatchProcessor:
             notifications_topic=config.notifications_topic,
             rejected_topic=config.rejected_topic,
             limits=self.limits,
+            redis_retry_seconds=config.redis_retry_seconds,
         )
         self.on_report = on_report
         self._param = _MetricsParam()

@@ -37,7 +37,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 
@@ -45,9 +45,6 @@ from index.errors import ExpressionLimitError, PsmatchError
 from index.events import MAX_DEPTH, FlatEvent, flatten_event
 from index.language import Subscription, parse_subscription
 from streaming.errors import ConfigError
-
-if TYPE_CHECKING:
-    from streaming.config import ServiceConfig
 
 RejectCode = Literal[
     "invalid_unicode",
@@ -110,6 +107,20 @@ def record_error(exc: Exception) -> RecordError:
     return RecordError("internal_error", f"{type(exc).__name__}: {exc}")
 
 
+class LimitSettings(Protocol):
+    """Where the limits are configured (:class:`streaming.config.ServiceConfig`, which
+    imports this module for their defaults)."""
+
+    @property
+    def max_event_bytes(self) -> int: ...
+    @property
+    def max_subscription_bytes(self) -> int: ...
+    @property
+    def max_event_attributes(self) -> int: ...
+    @property
+    def max_string_length(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RecordLimits:
     """Resource bounds on input records (``ServiceConfig`` carries the settings).
@@ -124,7 +135,7 @@ class RecordLimits:
     max_string_length: int = DEFAULT_MAX_STRING_LENGTH
 
     @classmethod
-    def from_config(cls, config: ServiceConfig) -> RecordLimits:
+    def from_config(cls, config: LimitSettings) -> RecordLimits:
         return cls(config.max_event_bytes, config.max_subscription_bytes,
                    config.max_event_attributes, config.max_string_length)  # fmt: skip
 

@@ -29,7 +29,9 @@ _PERMANENT = (
     "AuthenticationException",
     "ConfigError",
 )
-_EXCEPTION_LINE = re.compile(r"^\s*(?:[\w.$]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE)
+_EXCEPTION_LINE = re.compile(
+    r"^\s*(?:Caused by: )?(?:[\w.$]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE
+)
 
 RESTART_BASE_S = 2.0
 RESTART_CAP_S = 60.0
@@ -49,7 +51,8 @@ def classify_failure(text: str) -> QueryFailure:
     The message is the line of the innermost permanent fault when there is one (so
     ``StateUnavailableError``'s own explanation is what the operator reads), else the
     last ``...Error: ...``/``...Exception: ...`` line (the root cause in a Python
-    traceback), else the first line; at most 500 characters.
+    traceback, the last ``Caused by:`` of a Java one), else the first line; at most 500
+    characters.
     """
     lines = _EXCEPTION_LINE.findall(text)
     for name in _PERMANENT:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from connectors.state import ChangeLogGapError, StateStore
+from connectors.state import DEFAULT_RETRY_SECONDS, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
 from index.events import FlatEvent
 from streaming.records import (
@@ -116,6 +116,7 @@ class WorkerSettings:
     notifications_topic: str
     rejected_topic: str
     limits: RecordLimits = field(default_factory=RecordLimits)
+    redis_retry_seconds: float = DEFAULT_RETRY_SECONDS
 
 
 @dataclass
@@ -148,12 +149,13 @@ class WorkerIndex:
 
 
 _CACHE: dict[tuple[str, str, str], WorkerIndex] = {}
-_STORES: dict[tuple[str, str, int], StateStore] = {}
+_STORES: dict[tuple[str, str, int, float], StateStore] = {}
 _LOCK = threading.Lock()
 
 
 def _store(settings: WorkerSettings) -> StateStore:
-    key = (settings.redis_url, settings.redis_prefix, settings.retention)
+    key = (settings.redis_url, settings.redis_prefix, settings.retention,
+           settings.redis_retry_seconds)  # fmt: skip
     store = _STORES.get(key)
     if store is None:
         store = StateStore.from_url(*key)

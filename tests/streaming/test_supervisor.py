@@ -21,6 +21,12 @@ JAVA = """Job aborted due to stage failure: Task 0 in stage 3.0 failed 1 times, 
 org.apache.kafka.common.errors.TimeoutException: Topic psmatch.notifications not present \
 in metadata after 60000 ms.
 \tat org.apache.kafka.clients.producer.KafkaProducer.waitOnMetadata(KafkaProducer.java:1100)"""
+SINK = """org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage \
+3.0 failed 1 times, most recent failure: Lost task 0.0 in stage 3.0 (TID 5)
+\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages(DAGScheduler.scala:3)
+Caused by: org.apache.kafka.common.errors.TimeoutException: Expiring 1 record(s) for \
+psmatch.notifications-1:120001 ms has passed since batch creation
+ SQLSTATE: 39000 SQLSTATE: XXKST"""
 AUTH = """org.apache.kafka.common.errors.SaslAuthenticationException: Authentication \
 failed: Invalid username or password"""
 
@@ -33,6 +39,7 @@ def test_an_outage_past_the_deadline_is_not_restarted_and_keeps_its_message() ->
 
 @pytest.mark.parametrize(("text", "transient", "start"), [
     (JAVA, True, "TimeoutException: Topic psmatch.notifications"),
+    (SINK, True, "TimeoutException: Expiring 1 record(s)"),
     (AUTH, False, "SaslAuthenticationException: Authentication failed"),
     ("something odd\nmore", True, "something odd"),
     ("", True, "no message"),
