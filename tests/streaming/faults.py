@@ -392,8 +392,10 @@ class Phase:
     started: float
     fault_start: float | None = None
     fault_end: float | None = None
+    closed: float | None = None  # when measured: the phase's window is [started, closed]
     bad: list[BadRecord] = field(default_factory=list)
-    job_restarts_at_start: int = 0
+    restarts_at_start: int = 0
+    restarts_at_close: int = 0
     notes: list[str] = field(default_factory=list)
 
     def fault(self) -> Any:
@@ -579,7 +581,7 @@ class FaultRun:
         appends the :class:`PhaseResult` to :attr:`results`."""
         assert self.events is not None
         phase = Phase(name, len(self.phases), time.monotonic(),
-                      job_restarts_at_start=self.query_restarts())  # fmt: skip
+                      restarts_at_start=self.query_restarts())  # fmt: skip
         self.phases.append(phase)
         self.events.phase = phase.index
         yield phase
@@ -597,6 +599,8 @@ class FaultRun:
             with contextlib.suppress(AssertionError):
                 self.wait_for(lambda: all(r.key in self.outputs.rejects for r in phase.bad),
                               30, f"the rejects of phase {name!r}")  # fmt: skip
+        phase.closed = time.monotonic()
+        phase.restarts_at_close = self.query_restarts()
         self.results.append(self.measure(phase))
 
     def finish(self, timeout: float = 120.0) -> PhaseResult:
@@ -610,12 +614,30 @@ class FaultRun:
         with contextlib.suppress(AssertionError):
             self.wait_for(lambda: expected <= self.outputs.arrivals.keys(), timeout,
                           "the notifications outside the phases")  # fmt: skip
-        result = self.measure(self.phases[0])
+        outside = self.phases[0]
+        outside.closed = time.monotonic()
+        outside.restarts_at_close = self.query_restarts() - sum(
+            p.restarts_at_close - p.restarts_at_start for p in self.phases[1:]
+        )
+        result = self.measure(outside)
         self.results.insert(0, result)
         return result
 
+    def extra_copies(self, phase: Phase) -> int:
+        """Notifications that arrived again (any event) inside the window of ``phase``;
+        for the start-up phase, outside the window of every other phase."""
+        assert self.outputs is not None
+        with self.outputs.lock:
+            extras = [t for times in self.outputs.arrivals.values() for t in sorted(times)[1:]]
+        if phase.index:
+            return sum(1 for t in extras if phase.started <= t <= (phase.closed or t))
+        windows = [(p.started, p.closed or float("inf")) for p in self.phases[1:]]
+        return sum(1 for t in extras if not any(a <= t <= b for a, b in windows))
+
     def measure(self, phase: Phase) -> PhaseResult:
-        """The figures of ``phase`` from what has arrived so far."""
+        """The figures of ``phase`` from what has arrived so far. Its duplicates are the
+        extra copies that arrived during it, whatever the event: a replay after a crash
+        repeats the notifications of the last, uncommitted batch, published earlier."""
         assert self.events is not None and self.outputs is not None
         assert phase.fault_start is not None and phase.fault_end is not None
         sent = [e for e in self.events.sent if e.phase == phase.index]
@@ -637,14 +659,14 @@ class FaultRun:
             events_sent=len(sent),
             expected=len(expected),
             received=len(received),
-            duplicates=sum(len(arrivals[p]) - 1 for p in received),
+            duplicates=self.extra_copies(phase),
             unexpected=len(arrivals.keys() - expected),
             first_notification_s=(min(after) - end) if after else None,
             caught_up_s=caught_up,
             fault_s=end - phase.fault_start,
             bad_records=len(phase.bad),
             reject_problems=problems,
-            query_restarts=self.query_restarts() - phase.job_restarts_at_start,
+            query_restarts=phase.restarts_at_close - phase.restarts_at_start,
             job_alive=bool(self.job and self.job.alive),
             missing_sample=sorted(expected - arrivals.keys())[:5],
             notes=list(phase.notes),

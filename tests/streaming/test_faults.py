@@ -12,9 +12,11 @@ same subscriptions). The tests run in file order, one fault each, on the same jo
 4. ``kill -9`` of the job, started again from its checkpoint.
 
 After each: the job still runs (its query restarted automatically at most), every
-expected notification arrived, none that was not expected, duplicates only after the
-job's ``kill -9`` (docs/streaming.md: delivery is at least once, so a crash and replay
-may repeat notifications), and each bad record was rejected exactly once with its code.
+expected notification arrived, none that was not expected, and each bad record was
+rejected exactly once with its code. Duplicates only where the docs allow them: after
+the job's ``kill -9`` or an automatic restart of its query (a replay of the batch that
+was not committed; docs/streaming.md, docs/operations.md), never for a bad record or
+while Redis is waited out.
 ``bench/bench_faults.py`` runs the same phases longer and writes docs/faults.md.
 """
 
@@ -103,11 +105,13 @@ def test_job_kill_9_resumes_from_its_checkpoint(run: FaultRun) -> None:
 
 
 def test_nothing_lost_nothing_wrong_over_the_whole_run(run: FaultRun) -> None:
-    """The events outside the phases (from the job's start), every reject still exactly
-    once after all faults and replays, every good event delivered to Kafka, every
-    rejected record small enough for the sink."""
+    """The events outside the phases (from the job's start), no duplicate arrived outside
+    the phases that allow them, every reject still exactly once after all faults and
+    replays, every good event delivered to Kafka, every rejected record small enough for
+    the sink."""
     assert run.outputs is not None
-    check_phase(run, run.finish(), duplicates_allowed=True)
+    outside = run.finish()
+    check_phase(run, outside, duplicates_allowed=outside.query_restarts > 0)
     assert not run.outputs.malformed
     problems = {f"{r.client}: {r.kind}": p for r in run.bad_sent if (p := run.reject_problems(r))}
     assert not problems, problems
