@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the system packages the streaming service and its tests need, when missing:
 # Debian's redis-server, a Java 17 runtime (Kafka, Spark), Maven (fetches the jars) and
-# prometheus (the server tests/deploy scrapes the job's metrics with).
+# prometheus (the server tests/deploy scrapes the job's metrics with) and kcat (the outside
+# Kafka client the fault-injection tests produce with).
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 missing=()
@@ -9,8 +10,9 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-system-deps: redis-server, java, mvn and prometheus are installed"
+    echo "install-system-deps: redis-server, java, mvn, prometheus and kcat are installed"
     exit 0
 fi
 sudo=""
