@@ -83,8 +83,8 @@ def test_prometheus_sees_the_counters_move_after_traffic(
         (r["metric"]["input"], r["metric"]["reason"]): float(r["value"][1])
         for r in prom.query(f"psmatch_rejected_records_total{{{JOB}}} > 0")
     }
-    assert rejected == {("subscriptions", "invalid_expression"): 1, ("events", "not_json"): 1,
-                        ("events", "not_object"): 1}  # fmt: skip
+    assert rejected == {("subscriptions", "invalid_expression"): 1,
+                        ("events", "invalid_json"): 1, ("events", "invalid_record"): 1}  # fmt: skip
     assert prom.value(f"psmatch_subscriptions{{{JOB}}}") == 2
     assert prom.value(f"psmatch_state_version{{{JOB}}}") == 2
     assert prom.value(f"psmatch_subscription_changes_applied_total{{{JOB}}}") == 2
