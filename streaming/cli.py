@@ -296,6 +296,7 @@ def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     )
 
     key = _argv_bytes(args.id)
+    limits = RecordLimits.from_config(cfg)
     try:
         extra = loads_bounded(_argv_bytes(args.extra), "--extra") if args.extra else {}
         if not isinstance(extra, dict):
@@ -303,7 +304,7 @@ def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
                   file=sys.stderr)  # fmt: skip
             return 2
         value = subscription_value(args.expr, args.subscriber or args.id, extra)
-        parse_subscription_record(key, value, RecordLimits.from_config(cfg))
+        parse_subscription_record(key, value, limits)
     except Exception as exc:  # the per-record barrier: no I/O inside
         print(f"psmatch subscribe: {record_error(exc)}", file=sys.stderr)
         return 2
