@@ -184,17 +184,20 @@ def nesting_depth(data: bytes) -> int:
     b = np.frombuffer(data, np.uint8)
     if b.size == 0:
         return 0
-    # A quote is escaped when an odd run of backslashes precedes it (outside strings a
-    # valid JSON text has no backslash); each unescaped quote opens or closes a string.
-    idx = np.arange(b.size)
-    last_other = np.maximum.accumulate(np.where(b != _BACKSLASH, idx, -1))
-    run_before = np.empty(b.size, np.int64)
-    run_before[0] = 0
-    run_before[1:] = idx[:-1] - last_other[:-1]
-    quote = (b == _QUOTE) & (run_before % 2 == 0)
-    outside = np.cumsum(quote) % 2 == 0  # brackets between an odd and an even quote are text
-    depth = np.cumsum(np.where(outside, _DELTA[b], 0), dtype=np.int64)
-    return int(depth.max())
+    quote = b == _QUOTE
+    if b"\\" in data:
+        # A quote is escaped when an odd run of backslashes precedes it (outside strings a
+        # valid JSON text has no backslash).
+        idx = np.arange(b.size, dtype=np.int32)
+        last_other = np.maximum.accumulate(np.where(b != _BACKSLASH, idx, -1))
+        run_before = np.zeros(b.size, np.int32)
+        np.subtract(idx[:-1], last_other[:-1], out=run_before[1:])
+        quote &= (run_before & 1) == 0
+    # each unescaped quote opens or closes a string; brackets inside strings are text
+    inside = (np.cumsum(quote, dtype=np.int32) & 1) == 1
+    delta = _DELTA[b]
+    delta[inside] = 0
+    return int(np.cumsum(delta, dtype=np.int32).max())
 
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
