@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -41,8 +42,9 @@ POISON_EVENTS = [
 
 
 def test_poison_records_are_rejected_once_and_the_query_goes_on(
-    spark: Any, make_config: Callable[..., ServiceConfig]
+    spark: Any, make_config: Callable[..., ServiceConfig], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="psmatch.job")
     config = make_config()
     kp = KafkaProducer(bootstrap_servers=config.bootstrap_servers)
     subs, events = config.subscriptions_topic, config.events_topic
@@ -95,6 +97,12 @@ def test_poison_records_are_rejected_once_and_the_query_goes_on(
     )
     _, live = StateStore.from_url(config.redis_url, config.redis_prefix).snapshot()
     assert sorted(live) == ["good", "good-2"]
+
+    # the log: one short WARNING per batch with rejects, not one per record
+    warnings = [r.getMessage() for r in caplog.records
+                if r.name == "psmatch.job" and r.levelno == logging.WARNING]  # fmt: skip
+    assert len(warnings) == sum(1 for r in reports if r.rejects)
+    assert all(" rejected " in w and len(w) < 1500 for w in warnings), warnings
 
 
 def test_rebuild_state_skips_the_poison_subscriptions(
