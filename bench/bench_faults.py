@@ -91,7 +91,8 @@ def main() -> int:
     ap.add_argument("--write-docs", type=Path, help="write the results page (docs/faults.md)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    for noisy in ("psmatch.faults.kafka", "psmatch.faults.producer", "psmatch.faults.consumer"):
+    for noisy in ("kafka", "psmatch.faults.kafka", "psmatch.faults.producer",
+                  "psmatch.faults.consumer"):  # fmt: skip
         logging.getLogger(noisy).setLevel(logging.ERROR)
     command = "python bench/bench_faults.py " + shlex.join(sys.argv[1:])
     load = os.getloadavg()[0]
