@@ -4,15 +4,18 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
 
 1. The batch (records of both topics, read by Spark's Kafka source) is cached on the
    executors; only the subscription records are collected to the driver.
-2. They are validated on the driver; valid changes are applied to Redis in offset
-   order (idempotent on replay, see :mod:`connectors.state`), giving the batch's
-   subscription version. Invalid ones become rejected records.
+2. They are decoded and validated on the driver, each inside the per-record barrier
+   (whatever one record raises makes it a rejected record, see
+   :mod:`streaming.records`); valid changes are then applied to Redis in offset order
+   (idempotent on replay, see :mod:`connectors.state`), giving the batch's subscription
+   version. A Redis fault is never a record's: it fails the batch.
 3. The events are matched on the executors with ``mapInArrow``
    (:func:`streaming.worker.match_batches`), every task at that version; they are never
    collected to the driver.
 4. Notifications and rejected records are written with Spark's Kafka sink.
 
-Per batch, one log line tells what happened and where the time went.
+Per batch, one log line tells what happened and where the time went, and one WARNING
+line summarises the rejects, if any (counts by code, a few samples).
 """
 
 from __future__ import annotations
