@@ -63,17 +63,28 @@ rejected record with its arrival time. The faults, one after the other, on the s
    port and data directory;
 4. **`kill -9` of `psmatch run`**, started again at once from its checkpoint.
 
-Columns: *good events sent* during the phase (from 2-3 s before the fault to 3 s after
-it); *notifications expected* for them and *received* (distinct); *duplicates* (extra
-copies of a received notification); *bad records rejected once with the right code*
-(exactly one record in the rejected topic, with the `code` of `/work/notes/codes.md`, the
-original's size and sha256, and its value recoverable); *first notification after the
-fault*: seconds from the end of the fault (server back, job started again) to the first
-notification that arrived; *all caught up*: seconds from the end of the fault until every
-notification of the events published before that end had arrived; *automatic query
-restarts*: times `psmatch run` restarted its query by itself. The first row is the events
-published outside the faults, from the job's start (its "first notification" is the
-job's start-up time).
+Columns:
+
+* *fault lasted*: from the start of the fault to its end (the server answering again,
+  the job started again); for the broker, its stop (SIGTERM, controlled shutdown) and its
+  start are included;
+* *good events sent* during the phase (from 2-3 s before the fault to 3 s after it), the
+  *notifications expected* for them and those *received* (distinct);
+* *duplicates*: extra copies of a notification that arrived during the phase, whatever
+  the event (a replay repeats the last uncommitted batch, published before the fault);
+* *bad records rejected once with the right code*: exactly one record in the rejected
+  topic, with the `code` of `/work/notes/codes.md`, the original's size and sha256, and
+  its value recoverable;
+* *first notification after the fault*: seconds from the end of the fault to the first
+  notification that arrived (possibly of an event published before), and *of an event
+  published after the fault* (the whole path working again: publish, match, notify);
+* *all caught up*: seconds from the end of the fault until every notification of the
+  events published before that end had arrived;
+* *automatic query restarts*: times `psmatch run` restarted its query by itself.
+
+The first row is the events published outside the faults, from the job's start (its
+"first notification" is the job's start-up time; its duplicates arrived outside every
+fault's phase).
 
 {table}
 

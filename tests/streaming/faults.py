@@ -426,6 +426,7 @@ class PhaseResult:
     duplicates: int
     unexpected: int
     first_notification_s: float | None
+    new_event_s: float | None
     caught_up_s: float | None
     fault_s: float
     bad_records: int = 0
@@ -444,15 +445,17 @@ class PhaseResult:
         return (
             f"| {self.name} | {self.fault_s:.1f} | {self.events_sent:,} | {self.expected:,} | "
             f"{self.received:,} | {self.duplicates:,} | {rejects} | "
-            f"{s(self.first_notification_s)} | {s(self.caught_up_s)} | {self.query_restarts} |"
+            f"{s(self.first_notification_s)} | {s(self.new_event_s)} | {s(self.caught_up_s)} | "
+            f"{self.query_restarts} |"
         )
 
 
 TABLE_HEADER = (
     "| fault | fault lasted (s) | good events sent | notifications expected | received | "
     "duplicates | bad records rejected once with the right code | first notification "
-    "after the fault (s) | all caught up after the fault (s) | automatic query restarts |\n"
-    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "after the fault (s) | first notification of an event published after the fault (s) | "
+    "all caught up after the fault (s) | automatic query restarts |\n"
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 # A line psmatch run logs when it restarts its query (streaming/cli.py); counted per phase.
@@ -651,6 +654,8 @@ class FaultRun:
         received = expected & arrivals.keys()
         before_end = {(s, e.event_id) for e in sent if e.sent_at <= end for s in e.matches}
         first_arrivals = [min(arrivals[p]) for p in before_end if p in arrivals]
+        new = [min(arrivals[(s, e.event_id)]) for e in sent if e.sent_at > end
+               for s in e.matches if (s, e.event_id) in arrivals]  # fmt: skip
         caught_up = None
         if before_end and before_end <= arrivals.keys():
             caught_up = max(0.0, max(first_arrivals) - end)
@@ -662,6 +667,7 @@ class FaultRun:
             duplicates=self.extra_copies(phase),
             unexpected=len(arrivals.keys() - expected),
             first_notification_s=(min(after) - end) if after else None,
+            new_event_s=(min(new) - end) if new else None,
             caught_up_s=caught_up,
             fault_s=end - phase.fault_start,
             bad_records=len(phase.bad),
