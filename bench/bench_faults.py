@@ -9,7 +9,8 @@ job (restarted at once from its checkpoint). Per fault it measures the good even
 the notifications expected (``scan`` on the same subscriptions), received and
 duplicated, the bad records rejected once with the right code, and the time from the end
 of the fault to the first notification and until everything published before that end
-was delivered. Prints the table; ``--write-docs`` writes it to docs/faults.md.
+was delivered. Prints the table; ``--write-docs`` replaces the measured section of
+docs/faults.md (between its ``faults:begin``/``faults:end`` markers).
 
 Usage::
 
@@ -35,61 +36,19 @@ from tests.streaming.faults import TABLE_HEADER, FaultRun, PhaseResult  # noqa: 
 
 log = logging.getLogger("bench")
 
-DOC = """\
-# Faults: what the service does when records are bad and servers go away
+BEGIN, END = "<!-- faults:begin -->", "<!-- faults:end -->"
 
-Measured with `{command}` on {when} (this 2-core machine; load average {load} at
-the start: other engineers' work was running at the same time, so the times are upper
-bounds). The same phases, shorter, are the integration test
-`tests/streaming/test_faults.py` (in `make test`; `-s` prints its table).
+RUN = """\
+### Run of {when}
 
-One `psmatch run` job (a subprocess, Spark `local[2]`, trigger {trigger:g} s, matcher
-`psthash`) on a Kafka broker and a redis-server started by the run on free loopback ports;
-{subscriptions} subscriptions; good events published at {rate:g} per second all along by a
-confluent-kafka producer; the notifications each event must cause computed with the
-`scan` matcher on the same subscriptions; a consumer records every notification and
-rejected record with its arrival time. The faults, one after the other, on the same job:
-
-1. **poison and malformed records**: the four poison records of issue 8 (an event nested
-   1,000 deep, a subscriber `"x\\udc00y"` as JSON escape text, an array nested 5,000 deep
-   in a subscription, 600 KB of binary garbage as an event) and {kinds} other malformed
-   kinds (events and subscriptions: not JSON, not UTF-8, NaN, trailing data, null, array,
-   lone surrogate, array attribute, too deep, missing `expr`, non-string subscriber, bad
-   and unsatisfiable expressions, a key that is not UTF-8, an invalid value under a live
-   subscription's id), each sent with {clients};
-2. **`kill -9` of redis-server**, started again {redis_down:g} s later on the same port and
-   AOF directory;
-3. **the Kafka broker stopped** (SIGTERM) for {broker_down:g} s, started again on the same
-   port and data directory;
-4. **`kill -9` of `psmatch run`**, started again at once from its checkpoint.
-
-Columns:
-
-* *fault lasted*: from the start of the fault to its end (the server answering again,
-  the job started again); for the broker, its stop (SIGTERM, controlled shutdown) and its
-  start are included;
-* *good events sent* during the phase (from 2-3 s before the fault to 3 s after it), the
-  *notifications expected* for them and those *received* (distinct);
-* *duplicates*: extra copies of a notification that arrived during the phase, whatever
-  the event (a replay repeats the last uncommitted batch, published before the fault);
-* *bad records rejected once with the right code*: exactly one record in the rejected
-  topic, with the `code` of `/work/notes/codes.md`, the original's size and sha256, and
-  its value recoverable;
-* *first notification after the fault*: seconds from the end of the fault to the first
-  notification that arrived (possibly of an event published before), and *of an event
-  published after the fault* (the whole path working again: publish, match, notify);
-* *all caught up*: seconds from the end of the fault until every notification of the
-  events published before that end had arrived;
-* *automatic query restarts*: times `psmatch run` restarted its query by itself.
-
-The first row is the events published outside the faults, from the job's start (its
-"first notification" is the job's start-up time; its duplicates arrived outside every
-fault's phase).
+`{command}`: {subscriptions} subscriptions, {rate:g} good events/s, trigger {trigger:g} s,
+Redis dead for {redis_down:g} s, broker stopped for {broker_down:g} s; bad records sent with
+{clients}. Load average {load} at the start (this 2-core machine is shared with other
+engineers' work: times are upper bounds).
 
 {table}
 
-{notes}
-"""
+{notes}"""
 
 
 def main() -> int:
@@ -123,30 +82,28 @@ def main() -> int:
                 log.info("%s", result.row())
             run.finish()
             results = run.results
-            kinds = len({r.kind for r in run.bad_sent})
             clients = sorted({r.client for r in run.bad_sent})
             notes = _notes(run)
     table = "\n".join([TABLE_HEADER, *(r.row() for r in results)])
     print(table)
     if args.write_docs:
-        args.write_docs.write_text(
-            DOC.format(
-                command=command,
-                when=when,
-                load=f"{load:.1f}",
-                trigger=args.trigger,
-                subscriptions=args.subscriptions,
-                rate=args.rate,
-                kinds=kinds - 4,
-                clients=", ".join(clients),
-                redis_down=args.redis_down,
-                broker_down=args.broker_down,
-                table=table,
-                notes=notes,
-            )
-        )
+        section = RUN.format(
+            when=when, command=command, subscriptions=args.subscriptions, rate=args.rate,
+            trigger=args.trigger, redis_down=args.redis_down, broker_down=args.broker_down,
+            clients=", ".join(clients), load=f"{load:.1f}", table=table, notes=notes,
+        )  # fmt: skip
+        _write_section(args.write_docs, section)
         log.info("wrote %s", args.write_docs)
     return 0 if all(_ok(r) for r in results) else 1
+
+
+def _write_section(path: Path, section: str) -> None:
+    """Replace the text between the markers of ``path`` (the rest is hand-written)."""
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path} has no {BEGIN} ... {END} section to replace")
+    head, rest = text.split(BEGIN, 1)
+    path.write_text(f"{head}{BEGIN}\n{section}\n{END}{rest.split(END, 1)[1]}")
 
 
 def _ok(result: PhaseResult) -> bool:
