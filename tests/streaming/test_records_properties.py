@@ -21,11 +21,15 @@ from streaming.records import (
     RecordError,
     load_stored,
     nesting_depth,
+    notification_head,
+    notification_tail,
     parse_event,
+    parse_notification,
     parse_rejected,
     parse_subscription_record,
     rejected_key,
     rejected_value,
+    subscription_value,
 )
 
 SETTINGS = settings(
@@ -162,3 +166,41 @@ def test_every_rejected_record_fits_and_keeps_the_original(
         else:
             assert len(original[len(embedded):]) > 0 and rec.truncated
             assert len(embedded) >= REJECT_PREFIX_BYTES - 3
+
+
+VALID_TEXT = st.text(max_size=30)  # no lone surrogates: what a valid record can hold
+VALID_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | VALID_TEXT,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(VALID_TEXT, children,
+                                                                      max_size=3),
+    max_leaves=15,
+)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    VALID_TEXT.filter(str.strip), VALID_TEXT.filter(bool),
+    st.dictionaries(VALID_TEXT.filter(lambda k: k not in ("expr", "subscriber")), VALID_JSON,
+                    max_size=4),
+    VALID_TEXT, st.dictionaries(VALID_TEXT, st.integers(-(2**63), 2**63 - 1), max_size=4),
+    st.one_of(st.none(), st.integers(0, 2**62)),
+)  # fmt: skip
+def test_a_notification_decodes_to_its_subscription_and_event(
+    sub_id: str, subscriber: str, extra: dict[str, Any], ev_id: str, event: dict[str, int],
+    timestamp: int | None,
+) -> None:
+    change = parse_subscription_record(sub_id.encode(),
+                                       subscription_value("a = 1", subscriber, extra))  # fmt: skip
+    assert change.stored is not None
+    record = load_stored(change.stored)  # as a worker gets it from Redis
+    event_json = json.dumps(event).encode()
+    value = notification_head(sub_id, record) + notification_tail(
+        ev_id, event_json, "2026-01-01T00:00:00.000Z", timestamp
+    )
+    assert json.loads(value) == {
+        "subscription_id": sub_id, "subscriber": subscriber, "extra": extra,
+        "event_id": ev_id, "event": event, "matched_at": "2026-01-01T00:00:00.000Z",
+        "event_timestamp": timestamp,
+    }  # fmt: skip
+    assert parse_notification(value).extra == extra
