@@ -20,7 +20,6 @@ import pytest
 from connectors.local import LocalServices, free_port, release_shared_services, shared_services
 from streaming.config import ServiceConfig
 
-
 SERVER_FIXTURES = frozenset({
     ("tests.conftest", "services"),
     ("tests.streaming.conftest", "spark"),
