@@ -42,7 +42,7 @@ RUN = """\
 ### Run of {when}
 
 `{command}`: {subscriptions} subscriptions, {rate:g} good events/s, trigger {trigger:g} s,
-Redis dead for {redis_down:g} s, broker stopped for {broker_down:g} s; bad records sent with
+Redis dead for {redis_down:g} s, broker stopped for {broker_down:g} s{long}; bad records sent with
 {clients}. Load average {load} at the start (this 2-core machine is shared with other
 engineers' work: times are upper bounds).
 
@@ -58,6 +58,11 @@ def main() -> int:
     ap.add_argument("--trigger", type=float, default=0.5)
     ap.add_argument("--redis-down", type=float, default=5.0, help="seconds Redis stays dead")
     ap.add_argument("--broker-down", type=float, default=30.0, help="seconds Kafka stays down")
+    ap.add_argument(
+        "--long-broker-down", type=float, default=0.0,
+        help="then stop the broker again this long (e.g. 90: past the Kafka clients' 60 s "
+        "timeouts, so the query fails and psmatch run restarts it); 0: no such phase",
+    )  # fmt: skip
     ap.add_argument("--write-docs", type=Path, help="write the results page (docs/faults.md)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -76,8 +81,10 @@ def main() -> int:
                 run.poison,
                 lambda: run.redis_kill(down_s=args.redis_down),
                 lambda: run.broker_outage(down_s=args.broker_down),
+                *([lambda: run.broker_outage(down_s=args.long_broker_down)]
+                  if args.long_broker_down else []),
                 run.job_kill,
-            ):
+            ):  # fmt: skip
                 result = step()
                 log.info("%s", result.row())
             run.finish()
@@ -90,6 +97,7 @@ def main() -> int:
         section = RUN.format(
             when=when, command=command, subscriptions=args.subscriptions, rate=args.rate,
             trigger=args.trigger, redis_down=args.redis_down, broker_down=args.broker_down,
+            long=f" then {args.long_broker_down:g} s" if args.long_broker_down else "",
             clients=", ".join(clients), load=f"{load:.1f}", table=table, notes=notes,
         )  # fmt: skip
         _write_section(args.write_docs, section)
