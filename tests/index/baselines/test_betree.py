@@ -7,21 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from index import make_matcher
+from index import Matcher, make_matcher
 from index.baselines.betree import HIGHEST, LOWEST, MAX_CAP, BETreeMatcher, CNode
+from tests.index.baselines.beside_scan import agree, build_beside_scan
 
 
-def build(subscriptions: dict[str, str]) -> tuple[BETreeMatcher, object]:
-    matcher, scan = BETreeMatcher(), make_matcher("scan")
-    for sub_id, text in subscriptions.items():
-        matcher.add(sub_id, text)
-        scan.add(sub_id, text)
-        matcher.check()
-    return matcher, scan
-
-
-def agree(matcher: BETreeMatcher, scan: object, events: list[dict]) -> None:
-    assert matcher.match_batch(events) == scan.match_batch(events)  # type: ignore[attr-defined]
+def build(subscriptions: dict[str, str]) -> tuple[BETreeMatcher, Matcher]:
+    return build_beside_scan(BETreeMatcher(), subscriptions)
 
 
 def tree(matcher: BETreeMatcher, attribute: str) -> int:
@@ -52,7 +44,7 @@ def test_attributes_shared_by_fewer_than_min_size_conjuncts_grow_the_leaf() -> N
     shared = {f"s{i}": f"x{i} = 1 and y > {i}" for i in range(MAX_CAP)}
     for sub_id, text in shared.items():
         matcher.add(sub_id, text)
-        scan.add(sub_id, text)  # type: ignore[attr-defined]
+        scan.add(sub_id, text)
         matcher.check()
     assert set(matcher.root.pdir) == {tree(matcher, "y")}  # y: 5 >= min_size
     assert len(matcher.root.lnode) == MAX_CAP + 1
@@ -63,7 +55,7 @@ def bulk(subscriptions: dict[str, str]) -> tuple[BETreeMatcher, object]:
     """Built with ``add_many``: the whole domain is known before the first split."""
     matcher, scan = BETreeMatcher(), make_matcher("scan")
     matcher.add_many(subscriptions.items())
-    scan.add_many(subscriptions.items())  # type: ignore[attr-defined]
+    scan.add_many(subscriptions.items())
     matcher.check()
     return matcher, scan
 
@@ -114,7 +106,7 @@ def test_the_domain_grows_under_existing_buckets() -> None:
     for i in range(40):  # values between the old bounds, and ints beyond 2**53
         text = f"a = {i + 0.5}" if i % 2 else f"a > {2**53 + i}"
         matcher.add(f"t{i}", text)
-        scan.add(f"t{i}", text)  # type: ignore[attr-defined]
+        scan.add(f"t{i}", text)
         matcher.check()
     events = [{"a": v / 4} for v in range(-4, 170)] + [{"a": 2**53 + i} for i in range(42)]
     agree(matcher, scan, events)
@@ -128,7 +120,7 @@ def test_deletion_merges_buckets_and_removes_empty_p_nodes() -> None:
     assert matcher.root.pdir
     for i in range(40):
         matcher.remove(f"s{i}")
-        scan.remove(f"s{i}")  # type: ignore[attr-defined]
+        scan.remove(f"s{i}")
         matcher.check()
         agree(matcher, scan, events)
     assert not matcher.root.pdir and not matcher.root.lnode
@@ -140,7 +132,7 @@ def test_removing_half_keeps_scores_and_leaves_consistent() -> None:
     matcher, scan = build(subs)
     for i in range(0, 120, 2):
         matcher.remove(f"s{i}")
-        scan.remove(f"s{i}")  # type: ignore[attr-defined]
+        scan.remove(f"s{i}")
     matcher.check()
     agree(matcher, scan, [{"a": i % 20, "c": i % 9} for i in range(60)])
 

@@ -8,21 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from index import make_matcher
+from index import Matcher
 from index.baselines.opindex import EQ, GE, LE, UNBOUNDED, OpIndexMatcher
+from tests.index.baselines.beside_scan import agree, build_beside_scan
 
 
-def build(subscriptions: dict[str, str]) -> tuple[OpIndexMatcher, object]:
-    matcher, scan = OpIndexMatcher(), make_matcher("scan")
-    for sub_id, text in subscriptions.items():
-        matcher.add(sub_id, text)
-        scan.add(sub_id, text)
-        matcher.check()
-    return matcher, scan
-
-
-def agree(matcher: OpIndexMatcher, scan: object, events: list[dict]) -> None:
-    assert matcher.match_batch(events) == scan.match_batch(events)  # type: ignore[attr-defined]
+def build(subscriptions: dict[str, str]) -> tuple[OpIndexMatcher, Matcher]:
+    return build_beside_scan(OpIndexMatcher(), subscriptions)
 
 
 def entries_of(matcher: OpIndexMatcher, sub_id: str) -> list[tuple[int, int, int]]:
@@ -110,7 +102,7 @@ def test_delta_run_merges_into_main_and_rekeys_on_new_values(monkeypatch) -> Non
     for i in range(20):  # new values between the old ones shift every rank
         text = f"a <= {i + 0.5} and b >= {i - 0.25}"
         matcher.add(f"t{i}", text)
-        scan.add(f"t{i}", text)  # type: ignore[attr-defined]
+        scan.add(f"t{i}", text)
         matcher.check()
         agree(matcher, scan, [*events, {"a": i + 0.5, "b": i - 0.25}])
 
@@ -124,7 +116,7 @@ def test_deletion_tombstones_then_purges(monkeypatch) -> None:
     entries_before = len(matcher._all_entries()[0])
     for i in range(0, 30, 3):
         matcher.remove(f"s{i}")
-        scan.remove(f"s{i}")  # type: ignore[attr-defined]
+        scan.remove(f"s{i}")
         matcher.check()
         agree(matcher, scan, events)
     assert len(matcher._all_entries()[0]) < entries_before  # purged, not only tombstoned
@@ -134,7 +126,7 @@ def test_deletion_tombstones_then_purges(monkeypatch) -> None:
     assert size == len(matcher) + matcher.registry.awaiting_reclaim
     for i in range(0, 30, 3):  # cids freed by the purge are reused
         matcher.add(f"s{i}", texts[f"s{i}"])
-        scan.add(f"s{i}", texts[f"s{i}"])  # type: ignore[attr-defined]
+        scan.add(f"s{i}", texts[f"s{i}"])
         matcher.check()
     agree(matcher, scan, events)
 
