@@ -15,7 +15,8 @@ sections 4-6:
   goes into one of three operator lists, ``=``, ``>=`` and ``<=``, sorted by
   (attribute, operand). All of them are stored as one sorted run of ``int64`` keys
   ``block << 32 | threshold`` where a *block* is (pivot, attribute, operator). The
-  directory from (pivot, attribute) to its blocks is a :class:`index.core.multimap.MultiMap`.
+  directory from (pivot, attribute) to its blocks is a sorted array of
+  ``pivot << 32 | attribute`` keys, so a pivot's rows are one range of it.
 
 The value domain of each (attribute, kind) is the order-preserving encoding of the
 PS-Tree forest (:class:`index.pstree.forest.Forest`): the distinct operands ``b_0 < ... <
@@ -43,8 +44,9 @@ per extra operator into its lists; here ``like 'ab%'`` is already a string inter
 i.e. a range of the sorted list, which is what the paper's trie over "A#o" returns).
 
 Matching (Algorithm 2), vectorised over a batch: locate every pair, take each pair
-whose attribute is a pivot, combine it with every pair of its event, look all the
-(pivot, attribute) blocks up in one batched directory search, test the ``=`` blocks'
+whose attribute is a pivot, combine it with the pairs of its event that have a
+(pivot, attribute) block (walking the pivot's directory rows or the event's pairs,
+whichever is shorter, so a wide event costs its pairs, not their square), test the ``=`` blocks'
 64-bit signatures, binary-search all ranges at once, and count. The counters are the
 paper's per-pivot counter arrays ``V_A`` (one slot per conjunct of the pivot's list),
 allocated per (event, pivot present) for the work at hand, so only the counters of
@@ -67,8 +69,9 @@ Deviations, and why:
   operands are added or released, main's thresholds are recomputed from the new ranks in
   O(n) before the next match (their order cannot change).
 
-Costs: insert O(p log m) plus O(m) per new operand value; match per event O(m_E^2 log n)
-for the block searches plus O(matched entries + counter slots of the pivots present).
+Costs: insert O(p log m) plus O(m) per new operand value; match per event
+O(sum over pivots present of min(directory rows, m_E) log n) for the block searches
+plus O(matched entries + counter slots of the pivots present).
 """
 
 from __future__ import annotations
@@ -78,7 +81,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
-from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
 from index.pstree.matcher import ForestBatch, ForestMatcher
@@ -180,7 +182,8 @@ class OpIndexMatcher(ForestMatcher):
         self.attribute_use = np.zeros(0, dtype=np.int64)  # per tree: live conjuncts on it
         # Level 2: the directory (pivot, attribute) -> row, the '=' signatures per row.
         self._rows: dict[int, int] = {}
-        self.directory = MultiMap()
+        self._directory_keys = np.empty(0, dtype=np.int64)  # sorted keys of _rows
+        self._directory_rows = np.empty(0, dtype=np.int64)
         self.row_tree = GrowableArray(np.int64)  # per row: the predicate attribute's tree
         self.signature = GrowableArray(np.uint64)
         # The lists: the sorted main run and the unsorted delta (sorted lazily).
@@ -259,18 +262,13 @@ class OpIndexMatcher(ForestMatcher):
         """Directory rows of (pivot << 32 | attribute) keys, creating the new ones."""
         unique, inverse = np.unique(keys, return_inverse=True)
         rows = np.empty(len(unique), dtype=np.int64)
-        new_keys = []
         for i, key in enumerate(unique.tolist()):
             row = self._rows.get(key)
             if row is None:
                 row = self._rows[key] = len(self._rows)
-                new_keys.append(key)
                 self.row_tree.append(key & 0xFFFFFFFF)
                 self.signature.append(0)
             rows[i] = row
-        if new_keys:
-            added = np.array(new_keys, dtype=np.int64)
-            self.directory.add(added, np.array([self._rows[k] for k in new_keys], np.int32))
         return rows[inverse.ravel()]
 
     def _point_sids(self, trees: np.ndarray, bids: np.ndarray) -> np.ndarray:
@@ -379,10 +377,7 @@ class OpIndexMatcher(ForestMatcher):
         sizes = self.list_size[pivot_tree]
         base = np.cumsum(sizes) - sizes
         pivot_event = ev[pivots]
-        first = pair_start[pivot_event]
-        owner, pair = expand_ranges(first, pair_start[pivot_event + 1] - first)
-        combo, rows = self.directory.lookup((pivot_tree[owner] << 32) | tree[pair])
-        owner, pair, rows = owner[combo], pair[combo], rows.astype(np.int64)
+        owner, pair, rows = self._blocks(pivot_tree, pivot_event, ev, tree, pair_start)
         p = pos[pair]
         is_point = (p & 1) == 1
         eq = np.flatnonzero(is_point & ((self.signature.data[rows] & _signature_bit(sid[pair]))
@@ -406,7 +401,52 @@ class OpIndexMatcher(ForestMatcher):
         hit = np.flatnonzero(counts)
         hit = hit[counts[hit] == self.need.data[cell_cid[hit]]]
         owner_of_hit = np.searchsorted(base, hit, side="right") - 1
-        return pivot_event[owner_of_hit], cell_cid[hit], total + len(combo)
+        return pivot_event[owner_of_hit], cell_cid[hit], total + len(pivots) + len(owner)
+
+    def _blocks(self, pivot_tree: np.ndarray, pivot_event: np.ndarray, ev: np.ndarray,
+                tree: np.ndarray, pair_start: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (pivot present, located pair, directory row) combinations whose
+        (pivot, attribute) has a directory row.
+
+        Each pivot either walks its directory rows and finds their attributes among its
+        event's pairs, or walks its event's pairs and finds them in the directory,
+        whichever is shorter: cost O(sum over pivots of min(rows, event pairs)) plus
+        logarithmic searches, never pivots x pairs for a wide event.
+        """
+        keys, key_rows = self._directory()
+        first = pair_start[pivot_event]
+        n_pairs = pair_start[pivot_event + 1] - first
+        row_start = np.searchsorted(keys, pivot_tree << 32)
+        n_rows = np.searchsorted(keys, (pivot_tree + 1) << 32) - row_start
+        walk = n_rows <= n_pairs
+        # Through the pivot's rows: find each row's attribute among the event's pairs.
+        w = np.flatnonzero(walk)
+        o, r = expand_ranges(row_start[w], n_rows[w])
+        event_key = (ev << 32) | tree
+        by_key = np.argsort(event_key, kind="stable")
+        want = (pivot_event[w[o]] << 32) | (keys[r] & 0xFFFFFFFF)
+        at = by_key[np.minimum(np.searchsorted(event_key[by_key], want), len(ev) - 1)]
+        hit = event_key[at] == want
+        owner_a, pair_a, rows_a = w[o[hit]], at[hit], key_rows[r[hit]]
+        # Through the event's pairs: find each (pivot, attribute) in the directory.
+        s = np.flatnonzero(~walk)
+        o, pair = expand_ranges(first[s], n_pairs[s])
+        want = (pivot_tree[s[o]] << 32) | tree[pair]
+        at = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        hit = keys[at] == want if len(keys) else np.zeros(len(want), bool)
+        return (np.concatenate([owner_a, s[o[hit]]]), np.concatenate([pair_a, pair[hit]]),
+                np.concatenate([rows_a, key_rows[at[hit]]]))
+
+    def _directory(self) -> tuple[np.ndarray, np.ndarray]:
+        """The directory's (pivot << 32 | attribute) keys, sorted, and their rows; rebuilt
+        when rows were added (they are never removed). O(rows log rows)."""
+        if len(self._directory_keys) != len(self._rows):
+            keys = np.fromiter(self._rows.keys(), dtype=np.int64, count=len(self._rows))
+            rows = np.fromiter(self._rows.values(), dtype=np.int64, count=len(self._rows))
+            order = np.argsort(keys)
+            self._directory_keys, self._directory_rows = keys[order], rows[order]
+        return self._directory_keys, self._directory_rows
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -415,7 +455,8 @@ class OpIndexMatcher(ForestMatcher):
         level1 = (self.pivot.nbytes + self.counter_slot.nbytes + self.need.nbytes
                   + self.list_size.nbytes + self.attribute_use.nbytes)
         # A directory row's dict entry with its int key and value: ~100 bytes.
-        directory = self.directory.nbytes + self.signature.nbytes + 100 * len(self._rows)
+        directory = (self._directory_keys.nbytes + self._directory_rows.nbytes
+                     + self.signature.nbytes + 100 * len(self._rows))
         return int(lists + level1 + directory)
 
     def check(self) -> None:

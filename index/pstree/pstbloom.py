@@ -60,6 +60,7 @@ class PSTBloomMatcher(ForestMatcher):
     def __init__(self) -> None:
         super().__init__()
         self.lists = MultiMap()
+        self.side = MultiMap()  # tree id -> conjuncts whose access predicate is near-full
         self.sig_offset = np.zeros(0, dtype=np.int64)  # first word of a space's filter
         self.sig_bits = np.zeros(0, dtype=np.int64)  # its size in bits; 0: no filter
         self.sig_pool = np.zeros(0, dtype=np.uint64)
@@ -71,8 +72,11 @@ class PSTBloomMatcher(ForestMatcher):
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
         self._on_splits(inserted.splits)
-        cids, sids = inserted.covered(0)
+        side = inserted.near_full(0)
+        cids, sids = inserted.covered(0, ~side)
         self.lists.add(sids, cids.astype(np.int32))
+        self.side.add(self.store.pred_tree.data[self.store.pred_start.data[
+            inserted.cids[side]]].astype(np.int64), inserted.cids[side].astype(np.int32))
         self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
 
@@ -80,24 +84,27 @@ class PSTBloomMatcher(ForestMatcher):
         self._removed_since_build += len(cids)
 
     def _on_splits(self, splits: list[Split]) -> None:
-        for split in splits:
-            cids = self.lists.values_of(split.sid)
-            for new in split.new_sids:
-                self.lists.add(np.full(len(cids), new, dtype=np.int64), cids)
-            self._share_signature(split)
+        """The new spaces of a batch's splits inherit their gap's lists and filter, all
+        in one lookup (the gaps existed before the batch, so none is a new space)."""
+        if not splits:
+            return
+        parents = np.array([split.sid for split in splits], dtype=np.int64)
+        new = np.array([split.new_sids for split in splits], dtype=np.int64)
+        owner, cids = self.lists.lookup(parents)
+        self.lists.add(new[owner].ravel(), np.repeat(cids, 2))
+        self._share_signatures(parents, new)
 
-    def _share_signature(self, split: Split) -> None:
-        need = max(split.new_sids) + 1
+    def _share_signatures(self, parents: np.ndarray, new: np.ndarray) -> None:
+        need = int(new.max()) + 1
         if need > len(self.sig_bits):
             grow = max(need, 2 * len(self.sig_bits), 64)
             self.sig_offset = np.concatenate(
                 [self.sig_offset, np.zeros(grow - len(self.sig_offset), np.int64)])
             self.sig_bits = np.concatenate(
                 [self.sig_bits, np.zeros(grow - len(self.sig_bits), np.int64)])
-        if split.sid < len(self.sig_bits):
-            for new in split.new_sids:
-                self.sig_offset[new] = self.sig_offset[split.sid]
-                self.sig_bits[new] = self.sig_bits[split.sid]
+        inside = parents < len(self.sig_bits)
+        for column in (self.sig_offset, self.sig_bits):
+            column[new[inside]] = column[parents[inside]][:, None]
 
     def _finish_bulk(self) -> None:
         self.build_signatures()
@@ -105,9 +112,13 @@ class PSTBloomMatcher(ForestMatcher):
     def _posting_maps(self) -> list[MultiMap]:
         return [self.lists]
 
+    def _purge(self) -> None:
+        self.side.compact(lambda _, cids: self.registry.alive.data[cids])
+        super()._purge()
+
     def _family_bytes(self) -> int:
         return int(self.sig_pool.nbytes + self.sig_offset.nbytes + self.sig_bits.nbytes
-                   + self.sig_mask.nbytes)
+                   + self.sig_mask.nbytes + self.side.nbytes)
 
     # -- signatures --------------------------------------------------------------------
 
@@ -191,23 +202,28 @@ class PSTBloomMatcher(ForestMatcher):
         return super()._begin(events)
 
     def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
-        """The subscription lists of the event's spaces, through the signatures; the
-        access predicate (the first) holds for every candidate."""
+        """The subscription lists of the event's spaces (the access predicate holds) and
+        the side lists of its trees (near-full access predicates, still to verify),
+        through the signatures."""
         assert isinstance(batch, ForestBatch)
         located, positions = batch.chunk(first, last)
         sid_matrix = np.full(positions.shape, -1, dtype=np.int64)
         sid_matrix[located.event, located.tree] = located.sid
         pair, cids = self.lists.lookup(located.sid)
-        ev, cids = self._signature_filter(located.event[pair], cids.astype(np.int64),
-                                          sid_matrix)
-        return Candidates(ev, cids, len(pair), np.ones(len(cids), dtype=np.int32))
+        side_pair, side_cids = self.side.lookup(located.tree)
+        checked = np.repeat(np.array([1, 0], dtype=np.int32), [len(pair), len(side_pair)])
+        ev, cids, checked = self._signature_filter(
+            located.event[np.concatenate([pair, side_pair])],
+            np.concatenate([cids, side_cids]).astype(np.int64), checked, sid_matrix)
+        return Candidates(ev, cids, len(pair) + len(side_pair), checked)
 
-    def _signature_filter(self, ev: np.ndarray, cids: np.ndarray,
-                          sid_matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _signature_filter(self, ev: np.ndarray, cids: np.ndarray, checked: np.ndarray,
+                          sid_matrix: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Drop candidates whose id is missing from an event space's signature."""
         store = self.store
         alive = self.registry.alive.data[cids]
-        ev, cids = ev[alive], cids[alive]
+        ev, cids, checked = ev[alive], cids[alive], checked[alive]
         masks = self.sig_mask.data[cids]
         k = 1
         while len(cids):
@@ -223,6 +239,6 @@ class PSTBloomMatcher(ForestMatcher):
                 ok[present] = self._signature_test(sids[present], cids[idx][present])
                 keep = np.ones(len(cids), dtype=bool)
                 keep[idx[~ok]] = False
-                ev, cids, masks = ev[keep], cids[keep], masks[keep]
+                ev, cids, masks, checked = ev[keep], cids[keep], masks[keep], checked[keep]
             k += 1
-        return ev, cids
+        return ev, cids, checked

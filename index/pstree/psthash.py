@@ -44,18 +44,25 @@ class PSTHashMatcher(ForestMatcher):
         self.access = MultiMap()
         self.fallback = MultiMap()
         self.hashed = GrowableArray(np.bool_)
+        self.side = MultiMap()  # tree id -> conjuncts whose access predicate is near-full
+        self._tree_pairs = np.empty(0, dtype=np.int64)  # sorted (low tree << 32 | high tree)
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
         self._on_splits(inserted.splits)
-        cids = inserted.cids
-        first_cid, first_sid = inserted.covered(0)
-        second_cid, second_sid = inserted.covered(1)
+        cids, store = inserted.cids, self.store
+        side = inserted.near_full(0)
+        self.side.add(store.pred_tree.data[store.pred_start.data[cids[side]]].astype(np.int64),
+                      cids[side].astype(np.int32))
+        first_cid, first_sid = inserted.covered(0, ~side)
+        second_cid, second_sid = inserted.covered(1, ~side & ~inserted.near_full(1))
         # covered() lists conjuncts in storage order, so each conjunct's spaces are
         # contiguous: count them per conjunct to form the cross products.
         n_first = _count_per(first_cid, cids)
         n_second = _count_per(second_cid, cids)
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
         self.hashed.put(cids, hashed)
+        start = store.pred_start.data[cids[hashed]]
+        self._add_tree_pairs(store.pred_tree.data[start], store.pred_tree.data[start + 1])
         start_first = np.cumsum(n_first) - n_first
         start_second = np.cumsum(n_second) - n_second
         h = np.flatnonzero(hashed)
@@ -71,22 +78,46 @@ class PSTHashMatcher(ForestMatcher):
                                         second_cid[in_hash_second]]).astype(np.int32))
         self.fallback.add(first_sid[~in_hash], first_cid[~in_hash].astype(np.int32))
 
+    def _add_tree_pairs(self, tree_a: np.ndarray, tree_b: np.ndarray) -> None:
+        """Note the (tree, tree) pairs hashed conjuncts are filed under."""
+        if len(tree_a):
+            keys = _tree_pair(tree_a, tree_b)
+            self._tree_pairs = np.union1d(self._tree_pairs, keys)
+
+    def _purge(self) -> None:
+        """Besides the posting lists: the side lists and the tree pairs of live hashed
+        conjuncts."""
+        alive = self.registry.alive.data
+        self.side.compact(lambda _, cids: alive[cids])
+        live = np.flatnonzero(self.registry.alive.view() & self.hashed.view())
+        start = self.store.pred_start.data[live]
+        self._tree_pairs = np.empty(0, dtype=np.int64)
+        self._add_tree_pairs(self.store.pred_tree.data[start],
+                             self.store.pred_tree.data[start + 1])
+        super()._purge()
+
     def _on_splits(self, splits: list[Split]) -> None:
+        """The new spaces of a batch's splits inherit their gap's fallback entries and
+        hash records; the gaps are looked up all at once (they existed before the
+        batch, so none is a new space), then each hashed conjunct found is re-paired."""
+        if not splits:
+            return
         store = self.store
-        for split in splits:
-            new = np.array(split.new_sids, dtype=np.int64)
-            fallback = self.fallback.values_of(split.sid)
-            for sid in new:
-                self.fallback.add(np.full(len(fallback), sid, dtype=np.int64), fallback)
-            cids = np.unique(self.access.values_of(split.sid))
-            cids = cids[self.registry.alive.data[cids] & self.hashed.data[cids]]
-            for cid in cids.tolist():
-                first = store.predicate_row(cid, 0)
-                k_other = 1 if store.pred_tree.data[first] == split.tree else 0
-                other = store.covered_sids(store.predicate_row(cid, k_other))
-                keys = pair_key(np.repeat(new, len(other)), np.tile(other, len(new)))
-                self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
-                self.access.add(new, np.full(len(new), cid, dtype=np.int32))
+        parents = np.array([split.sid for split in splits], dtype=np.int64)
+        new_sids = np.array([split.new_sids for split in splits], dtype=np.int64)
+        owner, fallback = self.fallback.lookup(parents)
+        self.fallback.add(new_sids[owner].ravel(), np.repeat(fallback, 2))
+        owner, cids = self.access.lookup(parents)
+        keep = self.registry.alive.data[cids] & self.hashed.data[cids]
+        pairs = zip(owner[keep].tolist(), cids[keep].tolist(), strict=True)
+        for s, cid in sorted(set(pairs)):
+            new = new_sids[s]
+            first = store.predicate_row(cid, 0)
+            k_other = 1 if store.pred_tree.data[first] == splits[s].tree else 0
+            other = store.covered_sids(store.predicate_row(cid, k_other))
+            keys = pair_key(np.repeat(new, len(other)), np.tile(other, len(new)))
+            self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
+            self.access.add(new, np.full(len(new), cid, dtype=np.int32))
 
     def _posting_maps(self) -> list[MultiMap]:
         return [self.table, self.access, self.fallback]
@@ -95,23 +126,65 @@ class PSTHashMatcher(ForestMatcher):
         """Nothing to do at once: the purge drops the removed conjuncts' entries."""
 
     def _family_bytes(self) -> int:
-        return self.hashed.nbytes
+        return self.hashed.nbytes + self.side.nbytes + self._tree_pairs.nbytes
 
     def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
-        """The hash table's conjuncts under the pairs of the event's spaces (both access
-        predicates hold) and the fallback lists' under its spaces (the first holds)."""
+        """The hash table's conjuncts under the event's pairs of spaces (both access
+        predicates hold), the fallback lists' under its spaces (the first holds) and the
+        side lists' under its trees (none checked yet)."""
         assert isinstance(batch, ForestBatch)
         located, _ = batch.chunk(first, last)
-        ev, sids = located.event, located.sid  # ordered by event
-        event_end = np.searchsorted(ev, ev, side="right")
-        here = np.arange(len(ev), dtype=np.int64)
-        owner, partner = expand_ranges(here + 1, event_end - here - 1)
+        ev, sids = located.event, located.sid
+        owner, partner = self._hashed_pairs(ev, located.tree)
         query, hashed_cids = self.table.lookup(pair_key(sids[owner], sids[partner]))
         pair, fallback_cids = self.fallback.lookup(sids)
-        checked = np.repeat(np.array([2, 1], dtype=np.int32), [len(query), len(pair)])
-        return Candidates(np.concatenate([ev[owner[query]], ev[pair]]),
-                          np.concatenate([hashed_cids, fallback_cids]).astype(np.int64),
-                          len(owner) + len(query) + len(pair), checked)
+        side_pair, side_cids = self.side.lookup(located.tree)
+        checked = np.repeat(np.array([2, 1, 0], dtype=np.int32),
+                            [len(query), len(pair), len(side_pair)])
+        return Candidates(np.concatenate([ev[owner[query]], ev[pair], ev[side_pair]]),
+                          np.concatenate([hashed_cids, fallback_cids, side_cids]
+                                         ).astype(np.int64),
+                          len(ev) + len(owner) + len(query) + len(pair) + len(side_pair),
+                          checked)
+
+    def _hashed_pairs(self, ev: np.ndarray, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs (i, j) of located entries of one event whose trees some hashed
+        conjunct is filed under: only these can have a bucket in the table.
+
+        Entry ``i`` is paired with the entries of its event on trees above its own
+        either by walking its tree's partners in the tree-pair list and finding them in
+        the event, or by walking the event's later entries and finding their pairs in
+        the list, whichever is shorter. Cost O(sum over entries of min(partners,
+        entries of the event)) plus logarithmic searches: never the C(|E|, 2) of a wide
+        event unless the index has as many tree pairs.
+        """
+        empty = np.empty(0, dtype=np.int64)
+        if not len(self._tree_pairs) or not len(ev):
+            return empty, empty
+        order = np.lexsort((tree, ev))
+        key = (ev[order] << 32) | tree[order]  # sorted: by event, then tree
+        t = tree[order]
+        pairs = self._tree_pairs
+        up_start = np.searchsorted(pairs, t << 32)
+        up_count = np.searchsorted(pairs, (t + 1) << 32) - up_start
+        later = np.searchsorted(key, (ev[order] + 1) << 32) - np.arange(len(key)) - 1
+        walk = up_count <= later
+        # Through the tree's partners: look each one up among the event's entries.
+        w = np.flatnonzero(walk)
+        o, p = expand_ranges(up_start[w], up_count[w])
+        want = (ev[order][w[o]] << 32) | (pairs[p] & 0xFFFFFFFF)
+        at = np.minimum(np.searchsorted(key, want), len(key) - 1)
+        hit = key[at] == want
+        owner_a, partner_a = w[o[hit]], at[hit]
+        # Through the event's later entries: look each pair up in the tree-pair list.
+        s = np.flatnonzero(~walk)
+        o, j = expand_ranges(s + 1, later[s])
+        want = (t[s[o]] << 32) | t[j]
+        at = np.minimum(np.searchsorted(pairs, want), len(pairs) - 1)
+        hit = pairs[at] == want
+        owner_b, partner_b = s[o[hit]], j[hit]
+        return (order[np.concatenate([owner_a, owner_b])],
+                order[np.concatenate([partner_a, partner_b])])
 
 
 def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
@@ -123,6 +196,12 @@ def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
 def _count_per(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
     """How many times each of ``cids`` (distinct) occurs in ``values``."""
     return np.bincount(_position_in(values, cids), minlength=len(cids))
+
+
+def _tree_pair(tree_a: np.ndarray, tree_b: np.ndarray) -> np.ndarray:
+    """Key of an order-free pair of distinct trees: ``low << 32 | high``."""
+    low = np.minimum(tree_a, tree_b).astype(np.int64)
+    return (low << 32) | np.maximum(tree_a, tree_b).astype(np.int64)
 
 
 def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:

@@ -26,6 +26,22 @@ from index.pstree.forest import UNBOUNDED_HI, Forest, Split
 
 VERIFY_BLOCK = 1 << 16
 """Candidates verified together: small enough for their columns to stay in cache."""
+NEAR_FULL_SPACES = 32
+"""A predicate covering more spaces than this, and at least 8 times more than it leaves
+out, is *near-full* (:func:`near_full`)."""
+
+
+def near_full(cover: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
+    """Whether predicates covering ``cover`` spaces of their tree and leaving out
+    ``uncovered`` cover nearly all of it (``!=``, ``not in``, ranges open to almost the
+    whole domain).
+
+    Such a predicate holds for almost any value of its attribute, so filing it under
+    each of its spaces would cost memory in proportion to the tree (a flood of ``!=``
+    would be quadratic) and buy almost no filtering; the families file it once on a
+    side list of its tree instead and verify it exactly.
+    """
+    return (cover > NEAR_FULL_SPACES) & (cover >= 8 * uncovered)
 
 
 class ConjunctStore:
@@ -124,10 +140,7 @@ class ConjunctStore:
         self.iv_lo_closed.extend(lo_closed[iv_order])
         self.iv_hi_bid.extend(hi_bid[iv_order])
         self.iv_hi_closed.extend(hi_closed[iv_order])
-        _, covered_pos = expand_ranges(base[iv_tree] + lo, hi - lo + 1)
-        covered_sids = layout[covered_pos]
-        forest.spaces.predicate_counter[: forest.spaces.size] += np.bincount(
-            covered_sids, minlength=forest.spaces.size).astype(np.int32)
+        self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout)
         counts = np.bincount(np.array(p_conj, dtype=np.int64), minlength=len(conjuncts))
         starts = pred_base + np.cumsum(counts) - counts
         self.pred_start.put(cids, starts)
@@ -143,10 +156,28 @@ class ConjunctStore:
             pred_iv_count=ordered_niv,
             iv_covered_start=(base[iv_tree] + lo)[iv_order],
             iv_covered_count=(hi - lo + 1)[iv_order],
+            pred_uncovered=(sizes[pred_tree] - cover)[order].astype(np.int64),
             layout=layout,
             residual=np.array([any(p.patterns for p in c.predicates) for c in conjuncts],
                               dtype=bool),
         )
+
+    def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray) -> None:
+        """Add one to the predicate counter of every space the intervals cover (global
+        layout positions ``first .. first + count - 1``).
+
+        Cost O(min(spaces covered, layout + intervals)): intervals covering nearly a
+        whole tree (``!=``, ``not in``) are counted by a running sum over the layout, not
+        expanded, so a flood of them stays linear.
+        """
+        counter = self.forest.spaces.predicate_counter
+        if int(count.sum()) <= len(layout):
+            _, covered = expand_ranges(first, count)
+            np.add.at(counter, layout[covered], 1)
+            return
+        delta = np.bincount(first, minlength=len(layout) + 1)
+        delta -= np.bincount(first + count, minlength=len(layout) + 1)
+        counter[layout] += np.cumsum(delta[:-1]).astype(np.int32)
 
     def _reference_bounds(self, iv_tree: np.ndarray, i_lo: list[Value | None],
                           i_hi: list[Value | None]) -> tuple[np.ndarray, np.ndarray, list[Split]]:
@@ -436,13 +467,32 @@ class InsertedConjuncts:
     pred_iv_count: np.ndarray
     iv_covered_start: np.ndarray
     iv_covered_count: np.ndarray
+    pred_uncovered: np.ndarray
+    """Per predicate: the spaces of its tree it does not cover."""
     layout: np.ndarray
     residual: np.ndarray
     """Per conjunct: it has ``like`` suffix/contains patterns the rows cannot hold."""
 
-    def covered(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(cid, space id) for every space covered by each conjunct's k-th predicate."""
+    def near_full(self, k: int) -> np.ndarray:
+        """Per conjunct: its k-th predicate covers nearly its whole tree (False when it
+        has no k-th predicate); see :func:`near_full`."""
         preds = np.flatnonzero(self.pred_k == k)
+        mask = np.zeros(len(self.cids), dtype=bool)
+        mask[self.pred_conj[preds]] = near_full(self._cover(preds), self.pred_uncovered[preds])
+        return mask
+
+    def _cover(self, preds: np.ndarray) -> np.ndarray:
+        owner, ivs = expand_ranges(self.pred_iv_first[preds], self.pred_iv_count[preds])
+        return np.bincount(owner, weights=self.iv_covered_count[ivs],
+                           minlength=len(preds)).astype(np.int64)
+
+    def covered(self, k: int, among: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """(cid, space id) for every space covered by each conjunct's k-th predicate,
+        for the conjuncts of the mask ``among`` (default: all)."""
+        preds = np.flatnonzero(self.pred_k == k)
+        if among is not None:
+            preds = preds[among[self.pred_conj[preds]]]
         iv_owner, ivs = expand_ranges(self.pred_iv_first[preds], self.pred_iv_count[preds])
         owner, positions = expand_ranges(self.iv_covered_start[ivs], self.iv_covered_count[ivs])
         return self.cids[self.pred_conj[preds][iv_owner][owner]], self.layout[positions]
