@@ -186,11 +186,13 @@ class ServiceMetrics:
         )  # fmt: skip
         self.index_predicates = Gauge(
             "psmatch_index_predicates",
-            "Live predicates in the executors' index at the last batch.", registry=r,
+            "Normal-form predicates of the live conjuncts in the executors' index at the "
+            "last batch (MatcherStats.predicates).", registry=r,
         )  # fmt: skip
         self.index_spaces = Gauge(
             "psmatch_index_spaces",
-            "Attribute spaces (PS-Trees) in the executors' index at the last batch.", registry=r,
+            "Live predicate spaces of the PS-Tree forest in the executors' index at the last "
+            "batch (0 for counting, propagation and pbtree).", registry=r,
         )  # fmt: skip
         self.index_bytes = Gauge(
             "psmatch_index_estimated_bytes",
