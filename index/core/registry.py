@@ -12,7 +12,10 @@ every indexed matcher files each conjunct under a dense integer *conjunct id*
   without a dict of lists;
 * the *residual* conjuncts, those an index cannot decide by itself (``like`` suffix and
   contains patterns, or gaps a paper's operators cannot express): flagged per cid and
-  kept as objects, and finished by :meth:`ConjunctRegistry.keep_satisfied`;
+  kept as objects, and finished by :meth:`ConjunctRegistry.keep_satisfied`. A residual
+  conjunct with a positive suffix or contains pattern files it (its *access pattern*)
+  in the :class:`index.core.patterns.PatternIndex`, so that candidates whose pattern
+  fails are dropped in bulk and only the others are evaluated in Python;
 * the *reclaim policy*: a removed cid is dead at once but becomes reusable only after
   :meth:`ConjunctRegistry.reclaim`, which the pipeline calls once the matcher has
   purged every structure naming removed cids. The purge is due
@@ -29,10 +32,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from index.core.columns import GrowableArray
+from index.core.patterns import PatternIndex
 from index.events import FlatEvent
-from index.language import Conjunct
+from index.language import Conjunct, Pattern
 
-PURGE_MIN = 1024
+PURGE_MIN = 256
 """Removed conjuncts that always wait for a bulk purge (beyond it, a quarter of the live)."""
 RESIDUAL_BYTES = 1024
 """Estimated bytes of a residual conjunct kept as Python objects."""
@@ -47,6 +51,8 @@ class ConjunctRegistry:
         self.predicates = GrowableArray(np.int32)  # normal-form predicates per conjunct
         self.residual = GrowableArray(np.bool_)
         self.residual_conjuncts: dict[int, Conjunct] = {}
+        self.patterns = PatternIndex()
+        self.access_pattern = GrowableArray(np.int32)  # per cid: pattern id, -1: none
         self.first_cid = GrowableArray(np.int32)
         self.next_cid = GrowableArray(np.int32)
         self._free: list[int] = []
@@ -72,7 +78,8 @@ class ConjunctRegistry:
         slot_column = np.asarray(slots, dtype=np.int64)
         sizes = np.fromiter((len(c.predicates) for c in conjuncts), dtype=np.int64, count=n)
         for column, values in ((self.slot, slot_column), (self.alive, np.ones(n, dtype=bool)),
-                               (self.predicates, sizes), (self.residual, np.zeros(n, bool))):
+                               (self.predicates, sizes), (self.residual, np.zeros(n, bool)),
+                               (self.access_pattern, np.full(n, -1, np.int32))):
             column.put(cids, values)
         self.live += n
         self.live_predicates += int(sizes.sum())
@@ -102,6 +109,9 @@ class ConjunctRegistry:
         self.residual.data[cids] = True
         for cid, conjunct in zip(cids.tolist(), conjuncts, strict=True):
             self.residual_conjuncts[cid] = conjunct
+            access = _access_pattern(conjunct)
+            if access is not None:
+                self.access_pattern.data[cid] = self.patterns.acquire(*access)
 
     # -- removal and reclaim -----------------------------------------------------------
 
@@ -113,6 +123,9 @@ class ConjunctRegistry:
             self.alive.data[cid] = False
             self.residual.data[cid] = False
             self.residual_conjuncts.pop(cid, None)
+            if self.access_pattern.data[cid] >= 0:
+                self.patterns.release(int(self.access_pattern.data[cid]))
+                self.access_pattern.data[cid] = -1
             self.live_predicates -= int(self.predicates.data[cid])
         self._removed.extend(cids)
         self.live -= len(cids)
@@ -139,13 +152,27 @@ class ConjunctRegistry:
                        flat_events: Sequence[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
         """The (event, conjunct) pairs that hold, finishing residual conjuncts in Python.
 
-        Pairs of other conjuncts are kept as they are (the index decided them). Cost
-        O(pairs) vectorised plus one ``Conjunct.evaluate`` per residual pair.
+        Pairs of other conjuncts are kept as they are (the index decided them). A pair
+        whose access pattern fails on the event is dropped in bulk: the pattern index
+        finds the patterns holding on the chunk's events, and a sorted search tests the
+        pairs against them. Cost O(pairs) vectorised, plus the pattern lookups of the
+        events with residual pairs, plus one ``Conjunct.evaluate`` per residual pair
+        whose access pattern holds (or that has none).
         """
         check = np.flatnonzero(self.residual.data[cids])
         if not len(check):
             return events, cids
         keep = np.ones(len(cids), dtype=bool)
+        pids = self.access_pattern.data[cids[check]].astype(np.int64)
+        indexed = np.flatnonzero(pids >= 0)
+        if len(indexed):
+            pair_events = events[check[indexed]]
+            holding = self.patterns.holding(flat_events, np.unique(pair_events))
+            wanted = pair_events * self.patterns.width + pids[indexed]
+            at = np.minimum(np.searchsorted(holding, wanted), max(len(holding) - 1, 0))
+            holds = (holding[at] == wanted) if len(holding) else np.zeros(len(wanted), bool)
+            keep[check[indexed[~holds]]] = False
+            check = check[keep[check]]
         conjunct_of = self.residual_conjuncts.__getitem__
         for i in check.tolist():
             keep[i] = conjunct_of(int(cids[i])).evaluate(flat_events[int(events[i])])
@@ -156,12 +183,13 @@ class ConjunctRegistry:
     @property
     def _columns(self) -> tuple[GrowableArray, ...]:
         return (self.slot, self.alive, self.predicates, self.residual, self.first_cid,
-                self.next_cid)
+                self.next_cid, self.access_pattern)
 
     @property
     def nbytes(self) -> int:
         return (sum(c.nbytes for c in self._columns) + 8 * len(self._free)
-                + 8 * len(self._removed) + RESIDUAL_BYTES * len(self.residual_conjuncts))
+                + 8 * len(self._removed) + RESIDUAL_BYTES * len(self.residual_conjuncts)
+                + self.patterns.nbytes)
 
     def check(self, slots: Sequence[int]) -> None:
         """Assert that the live conjuncts are exactly those linked from ``slots`` (the
@@ -179,3 +207,23 @@ class ConjunctRegistry:
         residual = np.flatnonzero(self.residual.view()).tolist()
         assert sorted(self.residual_conjuncts) == residual
         assert alive[residual].all(), "a dead conjunct is flagged residual"
+        assert len(self) < 2**31 - 1, "conjunct ids overflow"
+        access = self.access_pattern.view()
+        expected: dict[int, int] = {}
+        for cid in range(len(self)):
+            conjunct = self.residual_conjuncts.get(cid)
+            assert (access[cid] >= 0) == (conjunct is not None
+                                          and _access_pattern(conjunct) is not None)
+            if access[cid] >= 0:
+                expected[int(access[cid])] = expected.get(int(access[cid]), 0) + 1
+        self.patterns.check(expected)
+
+
+def _access_pattern(conjunct: Conjunct) -> tuple[str, Pattern] | None:
+    """The first pattern of ``conjunct`` the pattern index can decide, with its attribute:
+    a necessary condition of the conjunct (its predicates all hold when it does)."""
+    for predicate in conjunct.predicates:
+        for pattern in predicate.patterns:
+            if PatternIndex.indexable(pattern):
+                return predicate.attribute, pattern
+    return None

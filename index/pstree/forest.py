@@ -10,7 +10,8 @@ Owns the predicate-space structure of Ji & Jacobsen's PS-Tree (PVLDB 2018, secti
   many predicate intervals cover it) and an event counter (how many past events fell
   into it, the selectivity statistics). Inserting a bound splits the gap that holds it
   into three spaces (the left part keeps the id, the two new ones copy its counters);
-  releasing the last reference to a bound merges the three spaces back.
+  releasing the last reference to a bound merges the three spaces back (keeping the
+  largest of their event counters).
   The paper locates a value's space with a digit trie; here the bounds are numpy arrays
   and a batch of values is located with one ``searchsorted``, the columnar equivalent.
 * :class:`Forest` owns every tree, the global space and bound tables, and locates a
@@ -25,7 +26,6 @@ numbers 0 and 1 in a tree of their own.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -33,10 +33,14 @@ from itertools import pairwise
 import numpy as np
 
 from index.core.columns import group_pairs
+from index.errors import PsmatchError
 from index.language import Kind, Value
 
 UNBOUNDED_HI = np.int32(2**30)
 """The position given to an interval's +inf end: above every real space position."""
+MAX_IDS = 2**31 - 1
+"""Space ids and bound ids stay below this: rows hold bound ids as int32 and a pair key
+(:func:`index.pstree.psthash.pair_key`) holds two space ids in 32 bits each."""
 VALUE_BYTES = 40
 """Estimated bytes of one bound value in a tree's list: the pointer and a small int,
 float or str object."""
@@ -84,42 +88,78 @@ class Merge:
 class SpaceTable:
     """Per-space columns shared by all trees, indexed by space id.
 
-    Space ids are never reused, so a record keyed by a dead id can only be stale,
-    never wrong. ``alive`` tells live ids; the arrays grow by doubling.
+    A freed id is *dead*: structures keyed by space ids (posting lists, pair tables,
+    signatures) may still name it, so it is reused only after :meth:`reclaim`, which
+    the owner calls once those structures were purged of dead ids. Ids therefore stay
+    below the live spaces plus those freed since the last purge, whatever the history.
+    ``alive`` tells live ids; the arrays grow by doubling.
     """
 
     def __init__(self) -> None:
-        self.size = 0
+        self.size = 0  # ids handed out so far (the columns' used length)
         self.tree = np.zeros(64, dtype=np.int32)
         self.predicate_counter = np.zeros(64, dtype=np.int32)
         self.event_counter = np.zeros(64, dtype=np.int64)
         self.alive = np.zeros(64, dtype=bool)
         self.live = 0
+        self.dead: list[int] = []  # freed, not yet reusable
+        self.free_ids: list[int] = []  # reusable
 
-    def new(self, tree: int, like: int | None = None) -> int:
-        """A fresh space id for ``tree``, copying the counters of space ``like``."""
-        if self.size == len(self.tree):
-            grow = len(self.tree)
-            self.tree = np.concatenate([self.tree, np.zeros(grow, np.int32)])
-            self.predicate_counter = np.concatenate(
-                [self.predicate_counter, np.zeros(grow, np.int32)]
-            )
-            self.event_counter = np.concatenate([self.event_counter, np.zeros(grow, np.int64)])
-            self.alive = np.concatenate([self.alive, np.zeros(grow, bool)])
-        sid = self.size
-        self.size += 1
-        self.tree[sid] = tree
-        self.alive[sid] = True
-        self.live += 1
-        if like is not None:
-            self.predicate_counter[sid] = self.predicate_counter[like]
-            self.event_counter[sid] = self.event_counter[like]
-        return sid
+    def new(self, tree: int, like: np.ndarray | None = None, count: int = 1) -> np.ndarray:
+        """``count`` space ids for ``tree`` (reclaimed ones first), each with the
+        counters of its space in ``like`` (zero without). O(count) vectorised."""
+        n = count if like is None else len(like)
+        reused = self.free_ids[len(self.free_ids) - min(n, len(self.free_ids)):]
+        del self.free_ids[len(self.free_ids) - len(reused):]
+        fresh = n - len(reused)
+        if self.size + fresh > len(self.tree):
+            _check_capacity(self.size + fresh, "spaces")
+            grow = max(self.size + fresh, 2 * len(self.tree))
+            self.tree = np.resize(self.tree, grow)
+            self.predicate_counter = np.resize(self.predicate_counter, grow)
+            self.event_counter = np.resize(self.event_counter, grow)
+            self.alive = np.resize(self.alive, grow)
+            self.alive[self.size :] = False
+        sids = np.concatenate([np.array(reused, dtype=np.int64),
+                               np.arange(self.size, self.size + fresh)])
+        self.size += fresh
+        self.tree[sids] = tree
+        self.alive[sids] = True
+        self.live += n
+        self.predicate_counter[sids] = 0 if like is None else self.predicate_counter[like]
+        self.event_counter[sids] = 0 if like is None else self.event_counter[like]
+        return sids
 
     def free(self, sid: int) -> None:
         self.alive[sid] = False
         self.predicate_counter[sid] = 0
         self.live -= 1
+        self.dead.append(sid)
+
+    def reclaim(self) -> None:
+        """Make the dead ids reusable; call once no structure names them."""
+        self.free_ids.extend(self.dead)
+        self.dead.clear()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.tree.nbytes + self.predicate_counter.nbytes + self.event_counter.nbytes
+                   + self.alive.nbytes + 8 * (len(self.dead) + len(self.free_ids)))
+
+    def check(self) -> None:
+        """Assert that live, dead and reusable ids partition the ids handed out."""
+        assert self.size < MAX_IDS, "space ids overflow"
+        idle = self.dead + self.free_ids
+        assert len(set(idle)) == len(idle) and not self.alive[idle].any(), (
+            "a dead or reusable space id is alive or listed twice")
+        assert self.live == int(self.alive[: self.size].sum())
+        assert self.live + len(idle) == self.size, "a space id is neither live nor freed"
+
+
+def _check_capacity(size: int, what: str) -> None:
+    if size >= MAX_IDS:
+        raise PsmatchError(f"the index holds {size:,} {what}, the most its 32-bit ids "
+                           "can name: split the subscriptions over several matchers")
 
 
 class PSTree:
@@ -142,7 +182,7 @@ class PSTree:
         self.keys = np.empty(0, dtype=object)
         self.refs = np.empty(0, dtype=np.int64)
         self.bound_ids = np.empty(0, dtype=np.int64)
-        self.space_ids = np.array([spaces.new(tree_id)], dtype=np.int64)
+        self.space_ids = spaces.new(tree_id)
         self.total_events = 0
 
     def __len__(self) -> int:
@@ -152,28 +192,46 @@ class PSTree:
     def _sort_key(self, value: Value) -> Value:
         return value if self.kind is Kind.STRING else split_number(value)  # type: ignore[arg-type]
 
-    def add_bound(self, value: Value, new_bound_id: int) -> Split:
-        """Insert a new bound (with no reference yet), splitting the gap that holds it.
+    def insert_bounds(self, values: list[Value], new_bound_ids: np.ndarray) -> list[Split]:
+        """Insert new bounds (distinct, absent, with no reference yet) in one sorted merge.
 
-        Cost O(m) (array inserts).
+        Each splits the open gap that holds it: the gap keeps its id and the new point
+        and right spaces copy its counters, as one split after another would. Cost
+        O(m + k log k) for k new bounds, whatever k; no per-value array insert.
         """
-        i = bisect_left(self.values, value)
-        assert i == len(self.values) or self.values[i] != value, "bound already present"
-        self.values.insert(i, value)
-        self.refs = np.insert(self.refs, i, 0)
+        k = len(values)
         if self.kind is Kind.STRING:
-            self.keys = np.insert(self.keys, i, None)
-            self.keys[i] = value
+            column = np.empty(k, dtype=object)
+            column[:] = values
+            order = np.argsort(column, kind="stable")
+            column = column[order]
+            below = np.searchsorted(self.keys, column, side="left")
+            self.keys = np.insert(self.keys, below, column)
         else:
-            hi, lo = split_number(value)  # type: ignore[arg-type]
-            self.hi = np.insert(self.hi, i, hi)
-            self.lo = np.insert(self.lo, i, lo)
-        self.bound_ids = np.insert(self.bound_ids, i, new_bound_id)
-        old = int(self.space_ids[2 * i])
-        point = self.spaces.new(self.tree_id, like=old)
-        right = self.spaces.new(self.tree_id, like=old)
-        self.space_ids = np.insert(self.space_ids, 2 * i + 1, [point, right])
-        return Split(self.tree_id, old, (point, right))
+            hi, lo = number_columns(values)
+            order = np.lexsort((lo, hi))
+            hi, lo = hi[order], lo[order]
+            below = self.locate([values[j] for j in order.tolist()]) // 2
+            self.hi = np.insert(self.hi, below, hi)
+            self.lo = np.insert(self.lo, below, lo)
+        ordered = [values[j] for j in order.tolist()]
+        if k <= 8:  # a few list inserts (C memmoves) beat rebuilding the list
+            for shift, (i, value) in enumerate(zip(below.tolist(), ordered, strict=True)):
+                self.values.insert(i + shift, value)
+        else:
+            merged = np.empty(len(self.values) + k, dtype=object)
+            rest = np.ones(len(merged), dtype=bool)
+            rest[below + np.arange(k)] = False
+            merged[~rest] = ordered
+            merged[rest] = self.values
+            self.values = merged.tolist()
+        self.refs = np.insert(self.refs, below, 0)
+        self.bound_ids = np.insert(self.bound_ids, below, new_bound_ids[order])
+        gaps = self.space_ids[2 * below]
+        new = self.spaces.new(self.tree_id, like=np.repeat(gaps, 2))
+        self.space_ids = np.insert(self.space_ids, np.repeat(2 * below + 1, 2), new)
+        return [Split(self.tree_id, g, (p, r)) for g, p, r in
+                zip(gaps.tolist(), new[0::2].tolist(), new[1::2].tolist(), strict=True)]
 
     def bound_index(self, values: Sequence[Value]) -> np.ndarray:
         """Indices of values that are all bounds of this tree. Cost O(n log m)."""
@@ -196,8 +254,11 @@ class PSTree:
         self.bound_ids = np.delete(self.bound_ids, i)
         keep = int(self.space_ids[2 * i])
         removed = (int(self.space_ids[2 * i + 1]), int(self.space_ids[2 * i + 2]))
-        # The event counters of the merged spaces add up: no history is lost.
-        self.spaces.event_counter[keep] += self.spaces.event_counter[list(removed)].sum()
+        # The merged space keeps the largest event counter of the three: the split
+        # copied the gap's counter into both new spaces, so adding them up would count
+        # the gap's history three times and grow without bound under churn; the
+        # largest stays within the events the tree has seen.
+        self.spaces.event_counter[keep] = self.spaces.event_counter[[keep, *removed]].max()
         for sid in removed:
             self.spaces.free(sid)
         self.space_ids = np.delete(self.space_ids, [2 * i + 1, 2 * i + 2])
@@ -251,6 +312,8 @@ class PSTree:
         assert len(set(self.space_ids.tolist())) == len(self.space_ids)
         assert self.spaces.alive[self.space_ids].all()
         assert (self.spaces.tree[self.space_ids] == self.tree_id).all()
+        assert (self.spaces.event_counter[self.space_ids] <= self.total_events).all(), (
+            "a space counts more events than its tree saw")
 
 
 class Forest:
@@ -268,7 +331,9 @@ class Forest:
         self.tree_of: dict[tuple[str, Kind], int] = {}
         self.bound_tree = np.zeros(64, dtype=np.int32)
         self.bound_rank = np.zeros(64, dtype=np.int32)
-        self._bound_count = 0
+        self._bound_count = 0  # bound ids handed out so far
+        self._dead_bounds: list[int] = []  # released, reusable after reclaim
+        self._free_bounds: list[int] = []
         self.version = 0  # bumped whenever spaces split or merge
         self.event_version = 0  # bumped whenever events are counted
         self._layout_key: tuple[int, ...] = ()
@@ -286,14 +351,21 @@ class Forest:
             self.trees.append(PSTree(tid, attribute, kind, self.spaces))
         return self.trees[tid]
 
-    def _new_bound_id(self, tree: int) -> int:
-        if self._bound_count == len(self.bound_tree):
-            self.bound_tree = np.concatenate([self.bound_tree, np.zeros_like(self.bound_tree)])
-            self.bound_rank = np.concatenate([self.bound_rank, np.zeros_like(self.bound_rank)])
-        bid = self._bound_count
-        self._bound_count += 1
-        self.bound_tree[bid] = tree
-        return bid
+    def _new_bound_ids(self, tree: int, n: int) -> np.ndarray:
+        """``n`` bound ids for ``tree``, reclaimed ones first."""
+        reused = self._free_bounds[len(self._free_bounds) - min(n, len(self._free_bounds)):]
+        del self._free_bounds[len(self._free_bounds) - len(reused):]
+        fresh = n - len(reused)
+        if self._bound_count + fresh > len(self.bound_tree):
+            _check_capacity(self._bound_count + fresh, "bounds")
+            grow = max(self._bound_count + fresh, 2 * len(self.bound_tree))
+            self.bound_tree = np.resize(self.bound_tree, grow)
+            self.bound_rank = np.resize(self.bound_rank, grow)
+        bids = np.concatenate([np.array(reused, dtype=np.int64),
+                               np.arange(self._bound_count, self._bound_count + fresh)])
+        self._bound_count += fresh
+        self.bound_tree[bids] = tree
+        return bids
 
     def _rerank(self, tree: PSTree) -> None:
         self.bound_rank[tree.bound_ids] = np.arange(len(tree.bound_ids), dtype=np.int32)
@@ -301,21 +373,21 @@ class Forest:
     def add_bounds(self, tree: PSTree, values: list[Value]) -> tuple[np.ndarray, list[Split]]:
         """Reference each of ``values`` once as a bound of ``tree``.
 
-        A new value is inserted first (it splits a gap). Returns the bound ids of
-        ``values`` and the splits. Cost O(n log m + new x m).
+        The new distinct values are inserted first, all in one sorted merge
+        (:meth:`PSTree.insert_bounds`), each splitting a gap. Returns the bound ids of
+        ``values`` and the splits. Cost O(n log m + m + new log new).
         """
-        splits = []
-        index = np.empty(len(values), dtype=np.int64)
-        bounds = tree.values
-        for j, value in enumerate(values):
-            i = bisect_left(bounds, value)
-            if i == len(bounds) or bounds[i] != value:
-                splits.append(tree.add_bound(value, self._new_bound_id(tree.tree_id)))
-                index[:j] += index[:j] >= i  # earlier values at or above i moved up
-            index[j] = i
-        if splits:
+        positions = tree.locate(values)
+        new_at = np.flatnonzero(positions % 2 == 0)
+        splits: list[Split] = []
+        if len(new_at):
+            new_values = _distinct([values[j] for j in new_at.tolist()], tree.kind)
+            bids = self._new_bound_ids(tree.tree_id, len(new_values))
+            splits = tree.insert_bounds(new_values, bids)
             self._rerank(tree)
             self.version += 1
+            positions = tree.locate(values)
+        index = positions // 2
         tree.refs += np.bincount(index, minlength=len(tree.refs))
         return tree.bound_ids[index], splits
 
@@ -327,10 +399,24 @@ class Forest:
                 continue
             merge = tree.release_bound(int(self.bound_rank[bid]))
             if merge is not None:
+                self._dead_bounds.append(bid)
                 merges.append(merge)
                 self._rerank(tree)
                 self.version += 1
         return merges
+
+    def reclaim(self) -> None:
+        """Make the ids of freed spaces and released bounds reusable.
+
+        The owner calls it once every structure keyed by space ids has been purged of
+        dead ones and every row naming a released bound belongs to a removed conjunct
+        (never read again); until then freed ids wait, so a stale entry can never name a
+        new space. Ids then stay below what is live plus what was freed since the last
+        purge: memory and the cost of adds follow the live index, not its history.
+        """
+        self.spaces.reclaim()
+        self._free_bounds.extend(self._dead_bounds)
+        self._dead_bounds.clear()
 
     def space_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """All trees' spaces end to end: (first global position per tree, tree sizes,
@@ -406,10 +492,8 @@ class Forest:
     def nbytes(self) -> int:
         """Estimated bytes: every numpy column, plus :data:`VALUE_BYTES` per bound value
         kept as a Python object (the list ``bisect`` searches)."""
-        spaces = self.spaces
-        return int(spaces.tree.nbytes + spaces.predicate_counter.nbytes
-                   + spaces.event_counter.nbytes + spaces.alive.nbytes
-                   + self.bound_tree.nbytes + self.bound_rank.nbytes
+        return int(self.spaces.nbytes + self.bound_tree.nbytes + self.bound_rank.nbytes
+                   + 8 * (len(self._dead_bounds) + len(self._free_bounds))
                    + sum(t.hi.nbytes + t.lo.nbytes + t.keys.nbytes + t.refs.nbytes
                          + t.bound_ids.nbytes + t.space_ids.nbytes
                          + VALUE_BYTES * len(t.values) for t in self.trees))
@@ -423,7 +507,24 @@ class Forest:
             if len(tree.bound_ids):
                 assert (self.bound_rank[tree.bound_ids] == np.arange(len(tree.bound_ids))).all()
                 assert (self.bound_tree[tree.bound_ids] == tree.tree_id).all()
-        assert live == self.spaces.live == int(self.spaces.alive[: self.spaces.size].sum())
+        assert live == self.spaces.live
+        self.spaces.check()
+        assert self._bound_count < MAX_IDS, "bound ids overflow"
+        idle = self._dead_bounds + self._free_bounds
+        in_use = [bid for tree in self.trees for bid in tree.bound_ids.tolist()]
+        assert len(set(idle)) == len(idle) and not set(idle) & set(in_use), (
+            "a released bound id is in use or listed twice")
+        assert len(in_use) + len(idle) == self._bound_count, "a bound id is lost"
+
+
+def _distinct(values: list[Value], kind: Kind) -> list[Value]:
+    """The distinct values of one kind (numbers equal as numbers, 1 == 1.0), first kept."""
+    if kind is Kind.STRING:
+        return list(dict.fromkeys(values))
+    seen: dict[tuple[float, float], Value] = {}
+    for value, key in zip(values, zip(*number_columns(values), strict=True), strict=True):
+        seen.setdefault(key, value)
+    return list(seen.values())
 
 
 @dataclass(slots=True)

@@ -78,3 +78,72 @@ def test_interval_positions_follow_splits():
     forest.add_bounds(tree, [15])
     assert forest.covered_positions(tree, lo, True, hi, False) == (1, 4)
     assert Interval(10, True, 20, False).contains(15)
+
+
+def test_many_new_bounds_are_one_sorted_merge(monkeypatch) -> None:
+    # Issue 9, item 5: one np.insert per new value made a bulk build quadratic.
+    import numpy as np
+
+    forest = Forest()
+    tree = forest.tree("x", Kind.NUMBER)
+    forest.add_bounds(tree, [10**6, -(10**6)])
+    inserts = 0
+    insert = np.insert
+
+    def counted(*args, **kwargs):
+        nonlocal inserts
+        inserts += 1
+        return insert(*args, **kwargs)
+
+    monkeypatch.setattr(np, "insert", counted)
+    values = [v * 7 % 20_011 for v in range(20_000)] + [5, 5.0, 10**6]
+    bids, splits = forest.add_bounds(tree, values)
+    monkeypatch.undo()
+    assert inserts <= 6  # one per column of the tree, whatever the number of values
+    assert len(splits) == 20_000 and len(tree.values) == 20_002
+    assert tree.values[tree.bound_index(values[:3])[0]] == values[0]
+    assert bids[-3] == bids[-2] == bids[values.index(5)]
+    forest.check()
+    # Every new space copies the counters of the gap that held it.
+    gap = {s.sid for s in splits}
+    assert gap <= set(tree.space_ids.tolist())
+
+
+def test_freed_space_and_bound_ids_wait_for_reclaim_then_are_reused() -> None:
+    forest = Forest()
+    tree = forest.tree("x", Kind.NUMBER)
+    bids, _ = forest.add_bounds(tree, [1, 2, 3])
+    size, bounds = forest.spaces.size, forest._bound_count
+    for bid in bids.tolist():
+        forest.release_interval(tree, bid, -1)
+    forest.check()
+    assert forest.spaces.live == 1
+    forest.add_bounds(tree, [4, 5, 6])  # freed ids are not reusable yet: stale entries
+    assert forest.spaces.size == size + 6 and forest._bound_count == bounds + 3
+    forest.check()
+    forest.reclaim()
+    for _ in range(50):  # churn: ids stay within what is live plus what awaits reclaim
+        bids, _ = forest.add_bounds(tree, [7, 8, 9])
+        for bid in bids.tolist():
+            forest.release_interval(tree, bid, -1)
+        forest.reclaim()
+        forest.check()
+    assert forest.spaces.size == size + 6 and forest._bound_count == bounds + 3
+
+
+def test_replacing_one_subscription_keeps_spaces_bounded() -> None:
+    # Issue 9, item 4: 20,000 replacements with 100 live left 120,202 spaces (202 live);
+    # 1,000 replacements cross several purges.
+    for name in ("pstbloom", "psthash", "opindex", "betree"):
+        m = make_matcher(name)
+        m.add_many((i, f"age = {i} and x between {i} and {i + 5}") for i in range(100))
+        for k in range(1_000):
+            m.add(0, f"age = {1000 + k} and x between {k} and {k + 3}")
+            if k % 250 == 0:
+                m.check()
+        m.check()
+        spaces = m.forest.spaces
+        # Ids stay below the live spaces plus those freed since the last purge
+        # (at most PURGE_MIN removals of 3 bounds, 2 spaces each).
+        assert spaces.size <= spaces.live + 6 * 257, name
+        assert m.forest._bound_count <= 300 + 3 * 257, name
