@@ -73,6 +73,7 @@ class ForestMatcher(IndexedMatcher):
         for multimap in self._posting_maps():
             multimap.compact(self._keep_live)
         self.store.compact()
+        self.forest.reclaim()  # no posting names a dead space now
 
     def _keep_live(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Entries to keep at a purge: live conjunct and live space(s) in the key (a
