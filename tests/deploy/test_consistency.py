@@ -193,12 +193,14 @@ def test_every_metric_in_the_dashboard_is_exported(
         for job in re.findall(r'job="([^"]+)"', expr):
             assert job in job_names, f"panel {panel['title']!r} filters on unknown job {job}"
         used |= names
-    # it covers throughput, latency, rejects, subscriptions and index size
+    # it covers throughput, latency, rejects, subscriptions, index size and outages
     assert {"psmatch_events_matched_total", "psmatch_notifications_total",
             "psmatch_batch_duration_seconds_bucket", "psmatch_match_duration_seconds_bucket",
             "psmatch_rejected_records_total", "psmatch_subscriptions",
             "psmatch_index_estimated_bytes", "psmatch_index_predicates",
-            "psmatch_index_spaces", "psmatch_input_offsets_behind_latest"} <= used  # fmt: skip
+            "psmatch_index_spaces", "psmatch_input_offsets_behind_latest",
+            "psmatch_redis_retries_total", "psmatch_redis_unavailable_seconds",
+            "psmatch_query_restarts_total"} <= used  # fmt: skip
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids)) and dashboard["uid"] == "psmatch"
 
