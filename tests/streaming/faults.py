@@ -460,6 +460,8 @@ TABLE_HEADER = (
 
 # A line psmatch run logs when it restarts its query (streaming/cli.py); counted per phase.
 RESTART_MARKER = "restarting it from the checkpoint"
+# The line psmatch run logs once its query runs.
+RUNNING_MARKER = "running; Ctrl-C stops"
 
 
 class FaultRun:
@@ -525,12 +527,15 @@ class FaultRun:
                      "checkpoint_location", "spark_master", "trigger_seconds",
                      "metrics_port", "topic_partitions"):  # fmt: skip
             env["PSMATCH_" + name.upper()] = str(getattr(cfg, name))
-        self.job = JobProcess(env, self.base / "job.log")
-        self.job.start()
+        job = self.job = JobProcess(env, self.base / "job.log")
+        job.start()
         self.events = EventStream(cfg.bootstrap_servers, cfg.events_topic, self.subscriptions,
                                   self.rate, self.seed)  # fmt: skip
         now = time.monotonic()
         self.phases.append(Phase("start-up and between faults", 0, now, now, now))
+        # events flow from when the query runs: a start-up backlog would only make the
+        # first batch (and the run) longer
+        self.wait_for(lambda: RUNNING_MARKER in job.log_text(), 300, "the query to run")
         self.events.start()
         self.wait_for(lambda: bool(self.outputs and self.outputs.arrival_times), 300,
                       "the first notification of the job")  # fmt: skip
