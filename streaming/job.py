@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -189,6 +189,18 @@ def _match_partition(settings: WorkerSettings, version: int, acc: Any, batches: 
     return match_batches(settings, version, batches, partial(_report_to, acc))
 
 
+def snapshot_dir(checkpoint_location: str) -> str | None:
+    """Where the workers keep their index snapshots (:mod:`streaming.snapshots`): the
+    directory ``<checkpoint>.snapshots`` beside the checkpoint, as an absolute path, since
+    the checkpoint is already on storage every executor must reach; ``None`` (no
+    snapshots) when the checkpoint is not a local path (``hdfs://``, ``s3a://``...), which
+    the Python workers cannot open as files."""
+    if "://" in checkpoint_location and not checkpoint_location.startswith("file://"):
+        return None
+    path = Path(checkpoint_location.removeprefix("file://")).absolute()
+    return str(path.with_name(path.name + ".snapshots"))
+
+
 class BatchProcessor:
     """The ``foreachBatch`` function, with the driver-side state it needs."""
 
@@ -214,6 +226,7 @@ class BatchProcessor:
             rejected_topic=config.rejected_topic,
             limits=self.limits,
             redis_retry_seconds=config.redis_retry_seconds,
+            snapshot_dir=snapshot_dir(config.checkpoint_location),
         )
         self.on_report = on_report
         self._param = _MetricsParam()
@@ -228,14 +241,19 @@ class BatchProcessor:
             F.unix_millis("timestamp").alias("ts"),
         ).persist()  # fmt: skip
         try:
-            sub_rows = (
+            # collected as Arrow columns, not as Row objects (a tenth of the cost)
+            sub_records = (
                 batch.filter(F.col("topic") == cfg.subscriptions_topic)
                 .select("key", "value", "topic", "partition", "offset")
-                .collect()
+                .toArrow()
+                .sort_by([("partition", "ascending"), ("offset", "ascending")])
+                .to_pydict()
             )
             t1 = time.perf_counter()
-            sub_rows.sort(key=lambda r: (r["partition"], r["offset"]))
-            changes, rejects, codes, samples = self._validate(sub_rows)
+            changes, rejects, codes, samples = self._validate(zip(
+                sub_records["key"], sub_records["value"], sub_records["topic"],
+                sub_records["partition"], sub_records["offset"], strict=True,
+            ))  # fmt: skip
             result = self.store.apply(changes)
             live = self.store.count()
             t2 = time.perf_counter()
@@ -263,7 +281,7 @@ class BatchProcessor:
         report = BatchReport(
             batch_id=batch_id,
             version=result.version,
-            subscription_records=len(sub_rows),
+            subscription_records=len(sub_records["key"]),
             subscriptions_applied=result.applied,
             read_s=t1 - t0,
             state_s=t2 - t1,
@@ -283,19 +301,17 @@ class BatchProcessor:
             self.on_report(report)
 
     def _validate(
-        self, rows: list[Any]
+        self, records: Iterable[tuple[bytes | None, bytes | None, str, int, int]]
     ) -> tuple[list[SourceChange], list[tuple[str, bytes | None, bytes]], Counter[str], list[str]]:
-        """The subscription records of a batch, each decoded and validated inside the
-        per-record barrier: the changes to apply, the rejected records to write, rejects
-        by code, and a few samples for the log. Pure: Redis is written afterwards."""
+        """The subscription records ``(key, value, topic, partition, offset)`` of a batch,
+        in offset order, each decoded and validated inside the per-record barrier: the
+        changes to apply, the rejected records to write, rejects by code, and a few
+        samples for the log. Pure: Redis is written afterwards."""
         changes: list[SourceChange] = []
         rejects: list[tuple[str, bytes | None, bytes]] = []
         codes: Counter[str] = Counter()
         samples: list[str] = []
-        for row in rows:
-            key = None if row["key"] is None else bytes(row["key"])
-            value = None if row["value"] is None else bytes(row["value"])
-            topic, partition, offset = row["topic"], int(row["partition"]), int(row["offset"])
+        for key, value, topic, partition, offset in records:
             try:  # the per-record barrier
                 change = parse_subscription_record(key, value, self.limits)
             except Exception as exc:

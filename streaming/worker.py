@@ -6,7 +6,10 @@ prefix, matcher kind) in module memory. For each task the driver names the
 subscription version of the batch; :func:`sync_index` brings the cached matcher to
 exactly that version by replaying the change log from Redis, or reloads every
 subscription from Redis when the log no longer reaches back far enough (first use,
-retention exceeded, state rebuilt). :func:`match_batches` is the ``mapInArrow``
+retention exceeded, state rebuilt); both in bulk, with one ``add_many``, each stored
+subscription decoded inside a per-record barrier (one that cannot be decoded is left
+out and logged) and, should ``add_many`` itself raise, a rebuild one subscription at a
+time that leaves out only the culprits. :func:`match_batches` is the ``mapInArrow``
 function: it decodes and validates each event on its own inside a per-record barrier
 (whatever one event raises makes it a rejected record, the others go on), matches the
 valid, already flattened events with ``match_flat_batch`` and emits notification
@@ -26,9 +29,10 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from connectors.state import DEFAULT_RETRY_SECONDS, ChangeLogGapError, StateStore
+from connectors.state import DEFAULT_RETRY_SECONDS, Change, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
 from index.events import FlatEvent
+from index.language import Subscription
 from streaming.records import (
     RecordError,
     RecordLimits,
@@ -42,6 +46,7 @@ from streaming.records import (
     rejected_key,
     rejected_value,
 )
+from streaming.snapshots import SnapshotError, change_digest, load_snapshot, save_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +122,7 @@ class WorkerSettings:
     rejected_topic: str
     limits: RecordLimits = field(default_factory=RecordLimits)
     redis_retry_seconds: float = DEFAULT_RETRY_SECONDS
+    snapshot_dir: str | None = None  # index snapshots (streaming.snapshots); None: none
 
 
 @dataclass
@@ -129,10 +135,51 @@ class WorkerIndex:
     reloads: int = 0
     replayed: int = 0
 
+    def apply(self, changes: Iterable[tuple[str, str | None]]) -> None:
+        """Apply stored subscriptions and deletions (``(id, stored text)``, ``None`` for a
+        delete), in order, in bulk: only each id's last change counts; deletions are one
+        ``remove`` each (the Matcher interface has no bulk removal), and the puts are
+        decoded one by one inside the per-record barrier (see :meth:`_decode`) and handed
+        to one ``add_many``. Raises whatever ``add_many`` raised: the matcher may then be
+        half updated, and the caller discards it.
+
+        Cost: one JSON decode and expression parse per put, and the matcher's bulk insert.
+        """
+        latest = dict(changes)
+        for sub_id, stored in latest.items():
+            if stored is None:
+                self.delete(sub_id)
+        left_out: list[str] = []
+        heads: dict[str, bytes] = {}
+        puts = ((sub_id, stored) for sub_id, stored in latest.items() if stored is not None)
+        self.matcher.add_many(self._decode(puts, heads, left_out))
+        self.heads.update(heads)
+        for sub_id in left_out:
+            self.delete(sub_id)
+
+    @staticmethod
+    def _decode(
+        puts: Iterable[tuple[str, str]], heads: dict[str, bytes], left_out: list[str]
+    ) -> Iterator[tuple[str, Subscription]]:
+        """The parsed subscriptions of ``puts``, for ``add_many``; their notification
+        heads go to ``heads``. One that cannot be decoded (the driver validated it, so
+        only a hand-edited Redis or a bug) is logged and its id put in ``left_out``, for
+        the caller to remove any previous version: the index never holds a stale one."""
+        for sub_id, stored in puts:
+            try:  # the per-record barrier; no I/O inside
+                record = load_stored(stored)
+                head = notification_head(sub_id, record)
+            except Exception as exc:
+                left_out.append(sub_id)
+                log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
+                continue
+            heads[sub_id] = head
+            yield sub_id, record.subscription
+
     def put(self, sub_id: str, stored: str) -> None:
-        """Index a stored subscription. One that cannot be decoded or indexed (the driver
-        validated it, so only a hand-edited Redis or a bug) is logged, left out, and any
-        previous version under its id removed, so the index never holds a stale one."""
+        """Index one stored subscription, inside the per-record barrier: one the matcher
+        cannot take is logged and left out, its previous version removed. The slow path
+        that finds the culprit when a bulk :meth:`apply` raised."""
         try:
             record = load_stored(stored)
             self.matcher.add(sub_id, record.subscription)
@@ -163,12 +210,107 @@ def _store(settings: WorkerSettings) -> StateStore:
     return store
 
 
-def _reload(settings: WorkerSettings, store: StateStore) -> WorkerIndex:
-    version, subs = store.snapshot()
-    index = WorkerIndex(make_matcher(settings.matcher), version)
+def build_index(matcher: str, version: int, subs: dict[str, str]) -> WorkerIndex:
+    """An index of every stored subscription in ``subs`` (id -> stored text), at
+    ``version``: in bulk (:meth:`WorkerIndex.apply`); should ``add_many`` raise, a fresh
+    matcher is built one subscription at a time, so that only the culprits are left out."""
+    index = WorkerIndex(make_matcher(matcher), version)
+    try:
+        index.apply(subs.items())
+        return index
+    except Exception:  # the per-record barrier of the bulk path: find the culprits
+        log.exception("indexing %d stored subscriptions in bulk failed; indexing them one "
+                      "by one", len(subs))  # fmt: skip
+    index = WorkerIndex(make_matcher(matcher), version)
     for sub_id, stored in subs.items():
         index.put(sub_id, stored)
     return index
+
+
+def _reload(settings: WorkerSettings, store: StateStore, version: int) -> WorkerIndex:
+    """An index brought to ``version`` from the snapshot, else from every subscription in
+    Redis (then saved as the new snapshot)."""
+    index = _from_snapshot(settings, store, version)
+    if index is not None:
+        return index
+    state_version, subs = store.snapshot()
+    index = build_index(settings.matcher, state_version, subs)
+    if settings.snapshot_dir is not None:
+        _save_snapshot(settings, store, index)
+    return index
+
+
+def _from_snapshot(settings: WorkerSettings, store: StateStore, version: int) -> WorkerIndex | None:
+    """The index of the snapshot, caught up to ``version``; ``None`` (and why, in the
+    log) when there is none, or it is unusable: corrupt or foreign, newer than the state,
+    older than the change log reaches, or of another state (its last change is not the
+    log's entry at its version)."""
+    if settings.snapshot_dir is None:
+        return None
+    try:
+        snap = load_snapshot(settings.snapshot_dir, settings.redis_prefix, settings.matcher)
+    except SnapshotError as exc:
+        log.info("reloading every subscription: %s", exc)
+        return None
+    except Exception as exc:  # a checksummed pickle of another code version
+        log.warning("reloading every subscription: the index snapshot cannot be loaded (%s)",
+                    record_error(exc))  # fmt: skip
+        return None
+    if snap.version > version:
+        log.warning("ignoring the index snapshot at version %d: the state is at %d (rebuilt?)",
+                    snap.version, version)  # fmt: skip
+        return None
+    try:
+        changes = store.changes(snap.version - 1, version) if snap.version else []
+    except ChangeLogGapError:
+        log.info("ignoring the index snapshot at version %d: the change log no longer "
+                 "reaches back to it", snap.version)  # fmt: skip
+        return None
+    if snap.version and change_digest(changes[0]) != snap.last_change:
+        log.warning("ignoring the index snapshot at version %d: it is of another state "
+                    "(its last change differs from the change log's)", snap.version)  # fmt: skip
+        return None
+    index = WorkerIndex(snap.matcher, snap.version, snap.heads)
+    if not _catch_up(index, changes[1:] if snap.version else changes):
+        return None
+    log.info("loaded the index snapshot at version %d and replayed %d changes",
+             snap.version, index.replayed)  # fmt: skip
+    return index
+
+
+def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerIndex) -> None:
+    """Save ``index`` as the snapshot, identified by the change log's entry at its
+    version (none right after ``rebuild-state``: then no snapshot is written)."""
+    assert settings.snapshot_dir is not None
+    try:
+        last = store.changes(index.version - 1, index.version)[0] if index.version else None
+    except ChangeLogGapError:
+        log.info("no index snapshot written: the change log has no entry at version %d",
+                 index.version)  # fmt: skip
+        return
+    try:
+        path = save_snapshot(settings.snapshot_dir, settings.redis_prefix, index.version,
+                             index.matcher, index.heads,
+                             None if last is None else change_digest(last))  # fmt: skip
+    except OSError as exc:  # a snapshot is an optimisation: the worker goes on without
+        log.warning("could not write the index snapshot in %s: %s", settings.snapshot_dir, exc)
+        return
+    log.info("wrote the index snapshot at version %d to %s", index.version, path)
+
+
+def _catch_up(index: WorkerIndex, changes: list[Change]) -> bool:
+    """Replay ``changes`` into ``index`` in bulk; False (the index is then unusable) if
+    the matcher raised."""
+    try:
+        index.apply((change.sub_id, change.record) for change in changes)
+    except Exception:
+        log.exception("replaying %d changes in bulk failed; reloading every subscription",
+                      len(changes))  # fmt: skip
+        return False
+    if changes:
+        index.version = changes[-1].version
+    index.replayed += len(changes)
+    return True
 
 
 def sync_index(settings: WorkerSettings, version: int) -> WorkerIndex:
@@ -182,18 +324,13 @@ def sync_index(settings: WorkerSettings, version: int) -> WorkerIndex:
                 changes = store.changes(index.version, version)
             except ChangeLogGapError:
                 changes = None
-            if changes is not None:
-                for change in changes:
-                    if change.record is None:
-                        index.delete(change.sub_id)
-                    else:
-                        index.put(change.sub_id, change.record)
-                    index.version = change.version
-                index.replayed += len(changes)
+            if changes is not None and _catch_up(index, changes):
                 return index
+            # else the log has a gap, or the matcher raised (the index is half updated
+            # but still behind ``version``): reload
         if index is None or index.version != version:
             reloads = index.reloads + 1 if index is not None else 1
-            index = _reload(settings, store)
+            index = _reload(settings, store, version)
             index.reloads = reloads
             if index.version != version:
                 log.warning(

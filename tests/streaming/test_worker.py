@@ -1,26 +1,33 @@
 """The per-record barriers of the driver and the workers, and what they must not catch:
 a record's fault becomes a reject, an infrastructure fault (Redis unreachable) fails the
-task or batch, to be retried. Plus the per-batch reject summary of the log."""
+task or batch, to be retried. Plus the per-batch reject summary of the log, and the
+workers' index: full reload and change-log catch-up in bulk (one ``add_many``), against
+a real Redis, with bad stored records and a faulty matcher left out alone."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from connectors.local import free_port
-from connectors.state import StateError
-from streaming import job
+from connectors.local import LocalServices, free_port
+from connectors.state import SourceChange, StateError, StateStore
+from index import Matcher, make_matcher
+from index.scan import ScanMatcher
+from streaming import job, worker
 from streaming.config import ServiceConfig
 from streaming.job import BatchProcessor, BatchReport
-from streaming.records import RecordError, parse_rejected
+from streaming.records import RecordError, dumps_record, parse_rejected
 from streaming.worker import SAMPLE_CHARS, TaskMetrics, WorkerSettings, match_batches
 
 
-def rows(*records: tuple[bytes | None, bytes | None]) -> list[dict[str, Any]]:
-    return [{"key": k, "value": v, "topic": "subs", "partition": 0, "offset": i}
-            for i, (k, v) in enumerate(records)]  # fmt: skip
+def rows(
+    *records: tuple[bytes | None, bytes | None],
+) -> list[tuple[bytes | None, bytes | None, str, int, int]]:
+    return [(k, v, "subs", 0, i) for i, (k, v) in enumerate(records)]
 
 
 def test_whatever_one_subscription_record_raises_makes_it_a_reject_and_the_rest_go_on(
@@ -84,3 +91,118 @@ def test_rejects_are_summarised_in_one_line_per_batch() -> None:
     quiet = BatchReport(batch_id=5, version=1, subscription_records=0, subscriptions_applied=0,
                         read_s=0, state_s=0, match_write_s=0, total_s=0)  # fmt: skip
     assert quiet.rejects_line() is None
+
+
+# -- the worker's index: reload and catch-up in bulk, against a real Redis ---------------
+
+@pytest.fixture
+def state(services: LocalServices) -> Iterator[tuple[WorkerSettings, StateStore]]:
+    prefix = f"worker-{uuid.uuid4().hex[:10]}:"
+    settings = WorkerSettings(redis_url=services.redis.url, redis_prefix=prefix, retention=100,
+                              matcher="psthash", notifications_topic="n", rejected_topic="r")
+    store = StateStore.from_url(services.redis.url, prefix, 100)
+    yield settings, store
+    worker._CACHE.clear()
+    store.clear()
+
+
+def put(offset: int, sub_id: str, expr: str) -> SourceChange:
+    return SourceChange("subs:0", offset, sub_id, dumps_record(expr, "who", {}))
+
+
+EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
+
+
+def matches(index: worker.WorkerIndex) -> list[set[object]]:
+    index.matcher.check()
+    return index.matcher.match_batch(EVENTS)
+
+
+def expected(exprs: dict[str, str]) -> list[set[object]]:
+    scan = make_matcher("scan")
+    scan.add_many(exprs.items())
+    return scan.match_batch(EVENTS)
+
+
+class Calls:
+    """Counts ``add`` and ``add_many`` calls on the matchers of kind ``kind``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+        self.add = self.add_many = 0
+        add, add_many = Matcher.add, Matcher.add_many
+
+        def count_add(m: Matcher, *args: Any) -> None:
+            self.add += m.name == kind
+            add(m, *args)
+
+        def count_add_many(m: Matcher, *args: Any) -> None:
+            self.add_many += m.name == kind
+            add_many(m, *args)
+
+        monkeypatch.setattr(Matcher, "add", count_add)
+        monkeypatch.setattr(Matcher, "add_many", count_add_many)
+
+
+def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings, store = state
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    # hand-edited Redis: a record that is not JSON and one whose expression does not parse
+    store.client.hset(store.k_subs, mapping={"bad-json": "{", "bad-expr": dumps_record(
+        "a <", "who", {})})  # fmt: skip
+    calls = Calls(monkeypatch, settings.matcher)
+    index = worker.sync_index(settings, 40)
+    assert (calls.add, calls.add_many) == (0, 1)
+    assert len(index.matcher) == 40 and set(index.heads) == set(exprs)
+    assert matches(index) == expected(exprs)
+
+    # catch-up: replace, delete, put-delete-put one id, a bad replacement of a good one
+    changes = [put(40, "s1", "a = 5"), SourceChange("subs:0", 41, "s2", None),
+               put(42, "new", "b = 'x'"), SourceChange("subs:0", 43, "new", None),
+               put(44, "new", "a < 2"), SourceChange("subs:0", 45, "s3", "{not json")]
+    store.apply(changes)
+    exprs |= {"s1": "a = 5", "new": "a < 2"}
+    del exprs["s2"], exprs["s3"]
+    same = worker.sync_index(settings, 46)
+    assert same is index and index.version == 46 and index.reloads == 1
+    assert (calls.add, calls.add_many) == (0, 2)
+    assert set(index.heads) == set(exprs) and len(index.matcher) == len(exprs)
+    assert matches(index) == expected(exprs)
+
+
+class FaultyMatcher(ScanMatcher):
+    """A matcher with a bug: it raises on subscriptions about the attribute ``boom``."""
+
+    def _insert(self, slot: int, subscription: Any) -> None:
+        if "boom" in str(subscription):
+            raise RuntimeError("matcher bug")
+        super()._insert(slot, subscription)
+
+    def _delete(self, slot: int) -> None:
+        self._subscriptions.pop(slot, None)
+
+
+def test_when_add_many_raises_the_culprit_is_found_and_left_out(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    monkeypatch.setattr(worker, "make_matcher", lambda name: FaultyMatcher())
+    exprs = {f"s{i}": f"a > {i % 4}" for i in range(10)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())]
+                + [put(10, "boom", "boom = 1")])  # fmt: skip
+    index = worker.sync_index(settings, 11)
+    assert set(index.heads) == set(exprs) and "boom" not in index.matcher
+    assert matches(index) == expected(exprs)
+    assert "indexing 11 stored subscriptions in bulk failed" in caplog.text
+
+    # the same bug during a catch-up: the half-updated index is dropped for a reload
+    store.apply([put(11, "s0", "b = 'y'"), put(12, "boom2", "boom = 2")])
+    exprs["s0"] = "b = 'y'"
+    again = worker.sync_index(settings, 13)
+    assert again is not index and again.reloads == 2 and again.version == 13
+    assert set(again.heads) == set(exprs)
+    assert matches(again) == expected(exprs)
+    assert "replaying 2 changes in bulk failed" in caplog.text

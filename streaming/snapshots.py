@@ -1,0 +1,145 @@
+"""Index snapshots: a worker's matcher and notification heads saved in a file, so that a
+worker that starts (or falls behind the change log) loads it and replays the change log
+from the snapshot's version instead of parsing every subscription again.
+
+Owns the snapshot file format. One file per (Redis key prefix, matcher kind), in a
+directory every executor reaches (see ``snapshot_dir`` in :mod:`streaming.job`)::
+
+    <dir>/<sha256(prefix)[:16]>-<matcher>.snapshot
+
+    {"format": "psmatch-index-snapshot", "format_version": 1, "prefix": ..., "matcher":
+     ..., "version": <state version>, "last_change": <sha256 of the change at that
+     version>, "payload_bytes": n, "payload_sha256": ...}\\n
+    <payload: pickle of (matcher, heads)>
+
+A snapshot is written to a temporary file in the same directory and renamed over the
+previous one (atomic on POSIX), so readers never see half a file. :func:`load_snapshot`
+trusts nothing: a missing, truncated or corrupt file, another format version, another
+prefix or matcher kind, or a payload whose size or SHA-256 differs from the header is a
+:class:`SnapshotError` (the caller ignores it and reloads from Redis); a stale snapshot
+(newer than the state, or older than the change log reaches) is the caller's to detect
+from its ``version``. The checksum detects corruption, not forgery: the payload is a
+pickle, so the directory must be writable by the service's user only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from connectors.state import Change
+from index import Matcher
+from index.errors import PsmatchError
+
+FORMAT = "psmatch-index-snapshot"
+FORMAT_VERSION = 1
+MAX_HEADER_BYTES = 4096
+
+
+class SnapshotError(PsmatchError):
+    """A snapshot that cannot be used (missing, corrupt, foreign); the worker reloads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A loaded snapshot: the matcher and notification heads at state ``version``."""
+
+    version: int
+    matcher: Matcher
+    heads: dict[str, bytes]
+    last_change: str | None  # change_digest of the state's change at ``version``
+
+
+def snapshot_path(directory: str | Path, prefix: str, matcher: str) -> Path:
+    """The file of the snapshot of ``matcher`` for the state under ``prefix``."""
+    digest = hashlib.sha256(prefix.encode("utf-8")).hexdigest()[:16]
+    return Path(directory) / f"{digest}-{matcher}.snapshot"
+
+
+def change_digest(change: Change) -> str:
+    """What identifies the state a snapshot was taken of: the SHA-256 of its last change
+    (version, op, id, record). Versions alone do not: a state rebuilt after Redis lost
+    its data counts its versions again from where it restarted."""
+    text = json.dumps([change.version, change.op, change.sub_id, change.record])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def save_snapshot(
+    directory: str | Path,
+    prefix: str,
+    version: int,
+    matcher: Matcher,
+    heads: dict[str, bytes],
+    last_change: str | None,
+) -> Path:
+    """Write the snapshot of ``matcher`` (of kind ``matcher.name``) and ``heads`` at state
+    ``version`` (``last_change``: :func:`change_digest` of the change at ``version``,
+    ``None`` at version 0), atomically replacing any previous one; returns its path.
+
+    Cost: one pickle of the matcher (its numpy columns are copied as they are) and one
+    SHA-256 over it; the file is about ``matcher.stats().estimated_bytes`` plus the ids.
+    """
+    payload = pickle.dumps((matcher, heads), protocol=pickle.HIGHEST_PROTOCOL)
+    header = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "prefix": prefix,
+        "matcher": matcher.name, "version": version, "last_change": last_change,
+        "payload_bytes": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+    }  # fmt: skip
+    path = snapshot_path(directory, prefix, matcher.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(json.dumps(header, sort_keys=True).encode("utf-8") + b"\n")
+            out.write(payload)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_snapshot(directory: str | Path, prefix: str, matcher: str) -> Snapshot:
+    """The snapshot of ``matcher`` for ``prefix``; :class:`SnapshotError` if there is
+    none or it is not exactly what :func:`save_snapshot` wrote for them.
+
+    Cost: one read and one SHA-256 of the file, then one unpickle.
+    """
+    path = snapshot_path(directory, prefix, matcher)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"no snapshot at {path}: {exc.strerror}") from None
+    end = data.find(b"\n", 0, MAX_HEADER_BYTES)
+    try:
+        header = json.loads(data[:end]) if end > 0 else None
+    except ValueError:
+        header = None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise SnapshotError(f"{path} is not a psmatch index snapshot")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"{path} has format version {header.get('format_version')!r}, "
+                            f"this service reads {FORMAT_VERSION}")  # fmt: skip
+    if header.get("prefix") != prefix or header.get("matcher") != matcher:
+        raise SnapshotError(
+            f"{path} is the snapshot of matcher {header.get('matcher')!r} for Redis prefix "
+            f"{header.get('prefix')!r}, not of {matcher!r} for {prefix!r}"
+        )
+    payload = memoryview(data)[end + 1 :]
+    if (len(payload) != header.get("payload_bytes")
+            or hashlib.sha256(payload).hexdigest() != header.get("payload_sha256")):  # fmt: skip
+        raise SnapshotError(f"{path} is corrupt (its size or checksum differs from its header)")
+    version, last_change = header.get("version"), header.get("last_change")
+    identified = isinstance(last_change, str) or (version == 0 and last_change is None)
+    if not isinstance(version, int) or version < 0 or not identified:
+        raise SnapshotError(f"{path} has no valid state version")
+    loaded, heads = pickle.loads(payload)
+    if not isinstance(loaded, Matcher) or loaded.name != matcher or not isinstance(heads, dict):
+        raise SnapshotError(f"{path} does not hold a {matcher!r} matcher")
+    return Snapshot(version, loaded, heads, last_change)

@@ -1,0 +1,164 @@
+"""Index snapshots against a real Redis: a worker that starts loads the snapshot and
+replays only the change log after it; a corrupt, foreign or stale snapshot is detected
+and ignored (the worker reloads every subscription), and the index is right either way."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.local import LocalServices
+from connectors.state import SourceChange, StateStore
+from index import make_matcher
+from streaming import worker
+from streaming.job import snapshot_dir
+from streaming.records import dumps_record
+from streaming.snapshots import SnapshotError, load_snapshot, snapshot_path
+from streaming.worker import WorkerSettings
+
+EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
+
+
+@pytest.fixture
+def state(
+    services: LocalServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> Iterator[tuple[WorkerSettings, StateStore]]:
+    caplog.set_level(logging.INFO, logger="streaming.worker")
+    prefix = f"snap-{uuid.uuid4().hex[:10]}:"
+    settings = WorkerSettings(
+        redis_url=services.redis.url, redis_prefix=prefix, retention=20, matcher="psthash",
+        notifications_topic="n", rejected_topic="r", snapshot_dir=str(tmp_path / "snapshots"),
+    )  # fmt: skip
+    store = StateStore.from_url(services.redis.url, prefix, 20)
+    worker._CACHE.clear()
+    yield settings, store
+    worker._CACHE.clear()
+    store.clear()
+
+
+def put(offset: int, sub_id: str, expr: str) -> SourceChange:
+    return SourceChange("subs:0", offset, sub_id, dumps_record(expr, "who", {}))
+
+
+def check(index: worker.WorkerIndex, exprs: dict[str, str]) -> None:
+    index.matcher.check()
+    scan = make_matcher("scan")
+    scan.add_many(exprs.items())
+    assert index.matcher.match_batch(EVENTS) == scan.match_batch(EVENTS)
+    assert set(index.heads) == set(exprs)
+
+
+def start_worker(settings: WorkerSettings, version: int) -> worker.WorkerIndex:
+    """A new worker process: nothing cached."""
+    worker._CACHE.clear()
+    return worker.sync_index(settings, version)
+
+
+def first_load(settings: WorkerSettings, store: StateStore) -> dict[str, str]:
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(12)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    index = start_worker(settings, 12)
+    assert index.replayed == 0  # a full reload, which writes the snapshot
+    check(index, exprs)
+    snap = load_snapshot(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    assert snap.version == 12
+    return exprs
+
+
+def test_a_starting_worker_loads_the_snapshot_and_replays_only_the_log_after_it(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    exprs = first_load(settings, store)
+    store.apply([put(12, "s0", "a = 5"), SourceChange("subs:0", 13, "s1", None),
+                 put(14, "new", "b = 'x'")])  # fmt: skip
+    exprs |= {"s0": "a = 5", "new": "b = 'x'"}
+    del exprs["s1"]
+    index = start_worker(settings, 15)
+    assert (index.version, index.replayed) == (15, 3)
+    assert "loaded the index snapshot at version 12 and replayed 3 changes" in caplog.text
+    check(index, exprs)
+
+
+def test_a_corrupt_snapshot_is_ignored(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    exprs = first_load(settings, store)
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # one flipped bit in the pickled matcher
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="corrupt"):
+        load_snapshot(path.parent, settings.redis_prefix, "psthash")
+    index = start_worker(settings, 12)
+    assert index.replayed == 0 and "is corrupt" in caplog.text
+    check(index, exprs)
+    path.write_bytes(b"")  # truncated to nothing
+    assert start_worker(settings, 12).replayed == 0
+    assert "is not a psmatch index snapshot" in caplog.text
+
+
+def test_a_snapshot_of_another_prefix_or_matcher_is_ignored(
+    state: tuple[WorkerSettings, StateStore], services: LocalServices,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    first_load(settings, store)
+    ours = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    other_prefix = f"other-{uuid.uuid4().hex[:10]}:"
+    other = WorkerSettings(**{**{f: getattr(settings, f) for f in settings.__slots__},  # type: ignore[attr-defined]
+                              "redis_prefix": other_prefix})  # fmt: skip
+    other_store = StateStore.from_url(services.redis.url, other_prefix, 20)
+    try:
+        other_store.apply([put(0, "x", "a = 1")])
+        shutil.copy(ours, snapshot_path(ours.parent, other_prefix, "psthash"))
+        index = start_worker(other, 1)
+        assert index.replayed == 0 and f"not of 'psthash' for '{other_prefix}'" in caplog.text
+        check(index, {"x": "a = 1"})
+        shutil.copy(ours, snapshot_path(ours.parent, settings.redis_prefix, "pstbloom"))
+        with pytest.raises(SnapshotError, match="the snapshot of matcher 'psthash'"):
+            load_snapshot(ours.parent, settings.redis_prefix, "pstbloom")
+    finally:
+        other_store.clear()
+
+
+def test_a_stale_snapshot_or_one_of_another_state_is_ignored(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    exprs = first_load(settings, store)
+    # the change log (retention 20) no longer reaches back to version 12
+    store.apply([put(12 + i, f"s{i % 12}", "a = 3") for i in range(25)])
+    exprs = {sid: "a = 3" for sid in exprs}
+    index = start_worker(settings, 37)
+    assert index.replayed == 0 and "no longer reaches back to it" in caplog.text
+    check(index, exprs)
+    # Redis lost its data and the state was rebuilt, counting versions from 1 again:
+    # a snapshot at a version the new state reaches, but of the old state
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    old = path.read_bytes()  # at version 37
+    store.clear()
+    store.rebuild({})
+    store.apply([put(100 + i, f"t{i}", "b = 'y'") for i in range(40)])
+    path.write_bytes(old)
+    index = start_worker(settings, 41)
+    assert index.replayed == 0 and "it is of another state" in caplog.text
+    check(index, {f"t{i}": "b = 'y'" for i in range(40)})
+    # a snapshot newer than the state
+    store.clear()
+    store.apply([put(0, "u", "a = 0")])
+    index = start_worker(settings, 1)
+    assert index.replayed == 0 and "the state is at 1" in caplog.text
+    check(index, {"u": "a = 0"})
+
+
+def test_snapshots_live_beside_a_local_checkpoint_only() -> None:
+    assert snapshot_dir("/data/psmatch/checkpoint") == "/data/psmatch/checkpoint.snapshots"
+    assert snapshot_dir("file:///data/ck/") == "/data/ck.snapshots"
+    assert snapshot_dir("hdfs://nn/psmatch/checkpoint") is None
