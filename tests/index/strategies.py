@@ -79,3 +79,52 @@ def events(draw: st.DrawFn) -> dict:
         else:
             event[name] = value
     return event
+
+
+FLOOD_VALUES = 48
+"""Distinct ints a flood uses: enough bounds (97 spaces) that ``!=`` and ``not in``
+cover nearly the whole tree of their attribute, the case stored on side lists."""
+
+
+@st.composite
+def flood_expressions(draw: st.DrawFn) -> str:
+    """``!=``, ``not in`` or a range open to nearly the whole domain on ``a``, alone or
+    with another comparison: a flood of these covers almost every space of ``a``."""
+    v = draw(st.integers(0, FLOOD_VALUES - 1))
+    shape = draw(st.sampled_from(["!=", "not in", ">", "<"]))
+    if shape == "not in":
+        values = draw(st.lists(st.integers(0, FLOOD_VALUES - 1), min_size=1, max_size=4))
+        text = f"a not in ({', '.join(map(str, values))})"
+    elif shape == ">":
+        text = f"a > {v % 3}"
+    elif shape == "<":
+        text = f"a < {FLOOD_VALUES - 1 - v % 3}"
+    else:
+        text = f"a != {v}"
+    if draw(st.booleans()):
+        text = f"{text} and {draw(comparisons())}"
+    return text
+
+
+WIDE_ATTRIBUTES = 40
+
+
+@st.composite
+def wide_expressions(draw: st.DrawFn) -> str:
+    """One to three equalities on the attributes ``x0 .. x39`` of wide events."""
+    picked = draw(st.lists(st.integers(0, WIDE_ATTRIBUTES - 1), min_size=1, max_size=3,
+                           unique=True))
+    return " and ".join(f"x{j} = {draw(st.integers(0, 2))}" for j in picked)
+
+
+@st.composite
+def wide_events(draw: st.DrawFn) -> dict:
+    """An event with many attributes ``x0 .. x39`` (values 0 to 2), ``a`` in the flood
+    values, and a random event's attributes."""
+    event = draw(events())
+    present = draw(st.lists(st.integers(0, WIDE_ATTRIBUTES - 1), unique=True,
+                            min_size=WIDE_ATTRIBUTES // 2))
+    event.update({f"x{j}": draw(st.integers(0, 2)) for j in present})
+    if draw(st.booleans()):
+        event["a"] = draw(st.integers(-1, FLOOD_VALUES))
+    return event

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from index import MATCHERS, ExpressionError, make_matcher
 from index.events import flatten_event
 from index.language import parse_subscription
-from tests.index.strategies import events, expressions
+from tests.index.strategies import (
+    events,
+    expressions,
+    flood_expressions,
+    wide_events,
+    wide_expressions,
+)
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
 
@@ -89,3 +95,43 @@ def test_larger_indexes_agree_with_scan_before_and_after_removals(
         scan.remove(sub_id)
     matcher.check()
     assert matcher.match_batch(batch) == scan.match_batch(batch)
+
+
+@pytest.mark.parametrize("name", INDEXES)
+@given(st.lists(flood_expressions(), min_size=40, max_size=120),
+       st.lists(wide_expressions(), min_size=10, max_size=60),
+       st.lists(st.one_of(flood_expressions(), wide_expressions()), max_size=15),
+       st.lists(wide_events(), min_size=5, max_size=30))
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_floods_and_wide_events_agree_with_scan(
+    name: str, floods: list[str], wide: list[str], later: list[str], batch: list[dict]
+) -> None:
+    """Floods of ``!=`` / ``not in`` / near-full ranges on one attribute and wide events
+    (issue 9): bulk-built, then added and removed one by one with ``check()`` each time."""
+    matcher, scan = make_matcher(name), make_matcher("scan")
+    bulk = list(enumerate(_parsed(floods + wide)))
+    matcher.add_many(bulk)
+    scan.add_many(bulk)
+    matcher.check()
+    assert matcher.match_batch(batch) == scan.match_batch(batch)
+    for i, subscription in enumerate(_parsed(later)):
+        matcher.add(f"later{i}", subscription)
+        scan.add(f"later{i}", subscription)
+        matcher.check()
+    assert matcher.match_batch(batch) == scan.match_batch(batch)
+    for sub_id in list(scan._slot_of)[::2]:
+        matcher.remove(sub_id)
+        scan.remove(sub_id)
+        matcher.check()
+    assert matcher.match_batch(batch) == scan.match_batch(batch)
+
+
+def _parsed(texts: list[str]) -> list:
+    """The subscriptions of the texts that parse (random ones may be unsatisfiable)."""
+    out = []
+    for text in texts:
+        try:
+            out.append(parse_subscription(text))
+        except ExpressionError:
+            continue
+    return out
