@@ -5,6 +5,10 @@ Owns PSTBloom's two structures on top of the shared PS-Trees:
 * *subscription lists*: a :class:`index.core.multimap.MultiMap` from space id to the
   conjuncts whose access predicate (the first in access order, i.e. the most selective)
   covers that space. An event's located spaces give the candidates directly.
+* *side lists*: tree id -> conjuncts whose access predicate is near-full (``!=``,
+  ``not in``; :func:`index.pstree.store.near_full`). Filed once instead of under nearly
+  every space of the tree, so a flood of them costs linear memory; the event's trees
+  give them as candidates, whose access predicate verification then checks.
 * *signatures*: per space, a Bloom filter (two hash functions, at least 8 bits per
   member) over the conjuncts whose *other* predicates cover the space. A candidate is
   dropped when the signature of the event's space in one of its other dimensions lacks

@@ -5,17 +5,25 @@ Owns PSTHash's structures on top of the shared PS-Trees:
 * the *hash table*: a :class:`index.core.multimap.MultiMap` from a 2-dim predicate space
   (the order-free pair of space ids, one from each access predicate's tree; see
   :func:`pair_key`) to the conjuncts whose two access predicates
-  (the first two in access order) cover those spaces. An event builds the C(|E|, 2)
-  pairs of its located spaces and looks all of them up at once.
+  (the first two in access order) cover those spaces;
+* the *tree pairs*: the sorted (tree, tree) pairs hashed conjuncts are filed under. An
+  event's located spaces are paired only where their trees form such a pair (see
+  :meth:`PSTHashMatcher._hashed_pairs`), so a wide event never builds the C(|E|, 2)
+  pairs of its spaces, only those that can have a bucket;
 * the *access lists*: space id -> conjuncts with an access predicate covering it, used
   when a space splits: the records under the old id are copied to the new ids.
 * the *fallback lists*: conjuncts with a single predicate, or whose two access
-  predicates would need more than :data:`MAX_KEYS` pairs (``!=`` against ``not in``,
-  say), are filed PSTBloom's way: under the spaces of their first access predicate.
+  predicates would need more than :data:`MAX_KEYS` pairs, or whose second access
+  predicate is near-full (:func:`index.pstree.store.near_full`), are filed PSTBloom's
+  way: under the spaces of their first access predicate;
+* the *side lists*: tree id -> conjuncts whose first access predicate is near-full
+  (``!=``, ``not in``): filed once, not under nearly every space of the tree, so a
+  flood of them stays linear; verification checks all their predicates.
 
 The pairs found are candidates with both access predicates already true; verification
-checks the rest exactly. Cost per event: locating O(|E| log m), C(|E|, 2) lookups in
-one vectorised ``searchsorted``, then verification of the candidates.
+checks the rest exactly. Cost per event: locating O(|E| log m), pairing O(sum over its
+entries of min(tree partners, entries)), the lookups in one vectorised
+``searchsorted``, then verification of the candidates.
 """
 
 from __future__ import annotations
