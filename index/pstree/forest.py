@@ -15,7 +15,9 @@ Owns the predicate-space structure of Ji & Jacobsen's PS-Tree (PVLDB 2018, secti
   The paper locates a value's space with a digit trie; here the bounds are numpy arrays
   and a batch of values is located with one ``searchsorted``, the columnar equivalent.
 * :class:`Forest` owns every tree, the global space and bound tables, and locates a
-  whole batch of events at once.
+  whole batch of events at once. Ids of freed spaces and released bounds are reused
+  after :meth:`Forest.reclaim` (once no structure names them), so ids, memory and the
+  cost of adds follow the live index, not its history.
 
 Numbers are compared exactly: each is stored as a double-double ``(hi, lo)`` with
 ``hi = float(v)`` and ``lo = v - hi`` (zero for floats and for ints within 2**53), so
@@ -69,7 +71,12 @@ def number_columns(values: Sequence[Value]) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(slots=True)
 class Split:
-    """A gap space ``sid`` that was cut by a new bound into ``sid`` and two new spaces."""
+    """A gap space ``sid`` that was cut by a new bound into ``sid`` and two new spaces.
+
+    The splits of one :meth:`Forest.add_bounds` all name gaps that existed before it
+    (several new bounds in one gap give several splits of that gap), so a family can
+    copy every gap's entries to its new spaces in one batched lookup.
+    """
 
     tree: int
     sid: int
