@@ -9,13 +9,19 @@ the Spark job in this process and measures:
 2. *latency*: events are published at a fixed rate for a while; publish → notification
    latency (p50, p99; the notification's arrival time minus the event record's Kafka
    timestamp, over every notification) at the configured trigger;
-3. *where a batch's time goes*: Kafka read + subscription collect, Redis, match + write,
+3. *the ceiling*, in the same run: a second streaming query drains the same backlog
+   (the same events, published the same way, to a topic of its own) through Spark with
+   no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
+   (:func:`streaming.records.parse_event`), one output record per event -> Kafka; psmatch's
+   events/s are reported as a ratio of its events/s;
+4. *where a batch's time goes*: Kafka read + subscription collect, Redis, match + write,
    and inside the workers catch-up, JSON parsing, matching and encoding.
 
-Usage::
+Long phases log their progress every 10 s. Usage::
 
     .venv/bin/python bench/bench_streaming.py --subscriptions 100000 --backlog 20000 \\
-        --rate 1000 --duration 60 [--write-docs docs/streaming.md]
+        --rate 1000 --duration 60 [--write-docs docs/streaming.md] \\
+        [--write-table docs/bench-streaming.md]
 """
 
 from __future__ import annotations
@@ -115,6 +121,8 @@ def main() -> int:
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--redis-url")
     ap.add_argument("--write-docs", type=Path, help="replace the results section of this file")
+    ap.add_argument("--write-table", type=Path,
+                    help="write the summary table (with the command) to this file")  # fmt: skip
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
@@ -167,7 +175,9 @@ def main() -> int:
             producer.send(config.subscriptions_topic, {"expr": expr, "subscriber": "bench"},
                           key=f"s{sub_id}")  # fmt: skip
         producer.flush(120)
-        wait(lambda: reports and reports[-1].version >= len(subs), 600, query)
+        wait(lambda: reports and reports[-1].version >= len(subs), 900, query,
+             lambda: f"subscribe: version {reports[-1].version if reports else 0:,} of "
+             f"{len(subs):,}")  # fmt: skip
         results["subscribe_s"] = time.monotonic() - t0
         log.info("%d subscriptions applied in %.1f s", len(subs), results["subscribe_s"])
 
@@ -191,7 +201,9 @@ def main() -> int:
             producer.send(config.events_topic, events[i % len(events)], key=f"t{i}", raw=True)
         producer.flush(120)
         publish_s = time.monotonic() - t0
-        wait(lambda: sum(r.events for r in reports) - base >= args.backlog, 1800, query)
+        wait(lambda: sum(r.events for r in reports) - base >= args.backlog, 1800, query,
+             lambda: f"backlog: {sum(r.events for r in reports) - base:,} of "
+             f"{args.backlog:,} events matched")  # fmt: skip
         drain_s = time.monotonic() - t0
         time.sleep(3)
         tp = reports[first:]
@@ -206,6 +218,12 @@ def main() -> int:
             "breakdown": breakdown(tp),
         }
         log.info("throughput: %s", results["throughput"])
+
+        # 3. the ceiling: the same backlog through Spark with no matching
+        results["ceiling"] = ceiling(spark, config, producer, events, args.backlog, work)
+        results["ceiling"]["ratio"] = (results["throughput"]["events_per_s"]
+                                       / results["ceiling"]["events_per_s"])  # fmt: skip
+        log.info("ceiling: %s", results["ceiling"])
 
         # 2. latency at a fixed rate
         time.sleep(2 * args.trigger)
@@ -222,7 +240,9 @@ def main() -> int:
             producer.send(config.events_topic, events[i % len(events)], key=f"l{i}", raw=True)
         producer.flush(120)
         sent_s = time.monotonic() - t0
-        wait(lambda: sum(r.events for r in reports) - base >= n, 900, query)
+        wait(lambda: sum(r.events for r in reports) - base >= n, 900, query,
+             lambda: f"latency: {sum(r.events for r in reports) - base:,} of {n:,} events "
+             "matched")  # fmt: skip
         time.sleep(3)
         lat = collector.latencies_ms
         produced = sum(r.notifications for r in reports[first:])
@@ -251,6 +271,8 @@ def main() -> int:
     text = render(results)
     print(text)
     (work / "results.json").write_text(json.dumps(results, indent=2))
+    if args.write_table:
+        args.write_table.write_text(render_table(results, " ".join(sys.argv[1:])))
     if args.write_docs:
         doc = args.write_docs.read_text()
         if BEGIN in doc and END in doc:
@@ -260,14 +282,88 @@ def main() -> int:
     return 0
 
 
-def wait(predicate: Any, timeout: float, query: Any) -> None:
-    deadline = time.monotonic() + timeout
+PROGRESS_EVERY_S = 10.0
+
+
+def wait(predicate: Any, timeout: float, query: Any, progress: Any = None) -> None:
+    """Wait until ``predicate()``; every :data:`PROGRESS_EVERY_S` seconds, log
+    ``progress()`` (a line saying how far the phase is)."""
+    start = time.monotonic()
+    deadline, shown = start + timeout, start
     while not predicate():
         if query.exception() is not None:
             raise RuntimeError(f"the query failed: {query.exception()}")
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise TimeoutError(f"benchmark step did not finish in {timeout} s")
+        if progress is not None and now - shown >= PROGRESS_EVERY_S:
+            log.info("%s (%.0f s)", progress(), now - start)
+            shown = now
         time.sleep(0.2)
+
+
+def decode_only(batches: Any) -> Any:
+    """The ceiling's ``mapInArrow`` function: each event decoded and validated as the
+    workers do (:func:`streaming.records.parse_event`), one output record per event."""
+    import pyarrow as pa
+
+    from streaming.records import parse_event
+    from streaming.worker import OUTPUT_SCHEMA
+
+    for batch in batches:
+        cols = batch.to_pydict()
+        for value in cols["value"]:
+            parse_event(value)
+        yield pa.RecordBatch.from_arrays(
+            [batch.column("topic"), batch.column("key"), batch.column("value")],
+            schema=OUTPUT_SCHEMA,
+        )
+
+
+def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: list[str],
+            backlog: int, work: Path) -> dict[str, float]:  # fmt: skip
+    """Drain ``backlog`` events through Spark with no matching, measured as psmatch's
+    backlog phase is: the query runs (warmed up by a first few events), the backlog is
+    published, and the clock stops when the query has read all of it."""
+    from pyspark.sql import functions as F
+
+    from connectors.kafka import ensure_topics, spark_kafka_options
+
+    source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
+    ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},
+                  partitions=config.topic_partitions, security=config.kafka_security)  # fmt: skip
+    opts = spark_kafka_options(config.bootstrap_servers, config.kafka_security)
+    query = (
+        spark.readStream.format("kafka").options(**opts).option("subscribe", source)
+        .option("startingOffsets", "earliest").load()
+        .select("key", "value", F.lit(sink).alias("topic"))
+        .mapInArrow(decode_only, "topic STRING, key BINARY, value BINARY")
+        .writeStream.format("kafka").options(**opts)
+        .option("checkpointLocation", str(work / "checkpoint-ceiling"))
+        .trigger(processingTime=f"{config.trigger_seconds} seconds").start()
+    )  # fmt: skip
+
+    def read() -> int:
+        return sum(p.get("numInputRows", 0) for p in query.recentProgress)
+
+    try:
+        n_warm = 200
+        for i in range(n_warm):
+            producer.send(source, events[i % len(events)], key=f"w{i}", raw=True)
+        producer.flush()
+        wait(lambda: read() >= n_warm, 900, query)
+        time.sleep(2 * config.trigger_seconds)
+        base = read()
+        t0 = time.monotonic()
+        for i in range(backlog):
+            producer.send(source, events[i % len(events)], key=f"t{i}", raw=True)
+        producer.flush(120)
+        wait(lambda: read() - base >= backlog, 1800, query,
+             lambda: f"ceiling: {read() - base:,} of {backlog:,} events")  # fmt: skip
+        drain_s = time.monotonic() - t0
+    finally:
+        stop_query(query)
+    return {"events": backlog, "drain_s": drain_s, "events_per_s": backlog / drain_s}
 
 
 def _bd_rows(bd: dict[str, float]) -> str:
@@ -282,6 +378,51 @@ def _bd_rows(bd: dict[str, float]) -> str:
         ("total_s", "whole batch (wall)"),
     ]
     return "\n".join(f"| {label} | {bd[k]:.3f} |" for k, label in names)
+
+
+def render_table(r: dict[str, Any], command: str) -> str:
+    """docs/bench-streaming.md: the summary of one run, with its command."""
+    tp, lat, ce = r["throughput"], r["latency"], r["ceiling"]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return f"""\
+# Streaming benchmark: psmatch against the no-matching ceiling
+
+Written by `bench/bench_streaming.py --write-table` ({when}), from the command:
+
+<!-- not executed: starts Kafka, Redis and Spark and runs for many minutes -->
+```sh
+.venv/bin/python bench/bench_streaming.py {command}
+```
+
+{r["subscriptions"]:,} BE-Gen subscriptions, matching probability
+{r["matching_probability"]} (~{r["matches_per_event"]:,.1f} notifications per event),
+matcher `{r["matcher"]}`, trigger {r["trigger_s"]} s, Spark `local[*]` on this 2-core
+machine (shared with other work while it ran), one Kafka broker and one Redis on loopback.
+The ceiling is the same backlog drained in the same run by a streaming query with no
+matching: Kafka → `mapInArrow` decoding each event as the workers do (`parse_event`), one
+record per event → Kafka. Both are timed from the first event published to the last one
+read by the query.
+
+| figure | value |
+| --- | --- |
+| subscribe {r["subscriptions"]:,} (publish → applied in Redis) | {r["subscribe_s"]:.1f} s |
+| warm-up: each Python worker loads the index | {r["warmup_s"]:.1f} s |
+| psmatch: backlog of {tp["events"]:,} events drained | {tp["drain_s"]:.1f} s → \
+**{tp["events_per_s"]:,.0f} events/s** ({tp["notifications_per_s"]:,.0f} notifications/s) |
+| ceiling: the same backlog, no matching | {ce["drain_s"]:.1f} s → \
+**{ce["events_per_s"]:,.0f} events/s** |
+| psmatch / ceiling | **{100 * ce["ratio"]:.0f} %** |
+| latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
+| publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
+{lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
+
+Where a psmatch batch's time goes (mean per batch with events; backlog phase:
+{tp["breakdown"]["batches"]:.0f} batches of {tp["breakdown"]["events_per_batch"]:,.0f} events):
+
+| step (backlog phase) | seconds |
+| --- | --- |
+{_bd_rows(tp["breakdown"])}
+"""
 
 
 def render(r: dict[str, Any]) -> str:
@@ -301,6 +442,8 @@ per event), matcher `{r["matcher"]}`, trigger {r["trigger_s"]} s. Latency is sam
 | events/s in (backlog) | {tp["events_per_s"]:,.0f} |
 | notifications/s out (backlog) | {tp["notifications_per_s"]:,.0f} \
 ({tp["notifications"]:,} in all) |
+| ceiling: the same backlog with no matching, events/s | {r["ceiling"]["events_per_s"]:,.0f} \
+(psmatch at {100 * r["ceiling"]["ratio"]:.0f} % of it) |
 | latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
 | notifications/s out (latency phase) | {lat["notifications_per_s"]:,.0f} |
 | publish → notification latency p50 / p99 / max | {lat["p50_ms"]:,.0f} / \
