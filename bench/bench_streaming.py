@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -384,6 +385,7 @@ def render_table(r: dict[str, Any], command: str) -> str:
     """docs/bench-streaming.md: the summary of one run, with its command."""
     tp, lat, ce = r["throughput"], r["latency"], r["ceiling"]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return f"""\
 # Streaming benchmark: psmatch against the no-matching ceiling
 
@@ -397,7 +399,8 @@ Written by `bench/bench_streaming.py --write-table` ({when}), from the command:
 {r["subscriptions"]:,} BE-Gen subscriptions, matching probability
 {r["matching_probability"]} (~{r["matches_per_event"]:,.1f} notifications per event),
 matcher `{r["matcher"]}`, trigger {r["trigger_s"]} s, Spark `local[*]` on this 2-core
-machine (shared with other work while it ran), one Kafka broker and one Redis on loopback.
+machine (shared with other work while it ran: load average {load} over 1, 5 and 15 min at
+the end), one Kafka broker and one Redis on loopback.
 The ceiling is the same backlog drained in the same run by a streaming query with no
 matching: Kafka → `mapInArrow` decoding each event as the workers do (`parse_event`), one
 record per event → Kafka. Both are timed from the first event published to the last one
