@@ -46,7 +46,7 @@ def test_space_ids_are_stable_and_a_split_copies_counters():
     forest = Forest()
     tree = forest.tree("x", Kind.NUMBER)
     (gap,) = tree.space_ids.tolist()
-    forest.spaces.event_counter[gap] = 7
+    forest.spaces.event_counter[gap] = tree.total_events = 7  # as if 7 events fell there
     _, splits = forest.add_bounds(tree, [5])
     (split,) = splits
     assert split.sid == gap and tree.space_ids[0] == gap
