@@ -446,12 +446,13 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 
 def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     from connectors.state import StateStore
-    from index import EventError, explain
+    from index import EventError, ExpressionError, explain
+    from streaming.records import RecordError, loads_bounded
 
-    try:
-        event = json.loads(args.event)
-    except ValueError as exc:
-        print(f"psmatch explain: the event is not JSON: {exc}", file=sys.stderr)
+    try:  # the service's own bounded decoder: no event, however built, can crash this
+        event = loads_bounded(args.event.encode("utf-8", "surrogateescape"), "the event")
+    except RecordError as exc:
+        print(f"psmatch explain: {exc} [{exc.code}]", file=sys.stderr)
         return 2
     store = StateStore.from_url(
         cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention
@@ -462,9 +463,14 @@ def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
               f"(prefix {cfg.redis_prefix}); the job stores a subscription once it has read it",
               file=sys.stderr)  # fmt: skip
         return 2
-    expr = json.loads(record)["expr"]
     try:
+        expr = loads_bounded(record.encode("utf-8"), "the stored subscription")["expr"]
         explanation = explain(expr, event)
+    except (RecordError, ExpressionError, KeyError, TypeError) as exc:
+        print(f"psmatch explain: the stored subscription {args.id!r} cannot be explained "
+              f"({exc}); rebuild the state with psmatch rebuild-state",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except EventError as exc:
         print(f"psmatch explain: invalid event: {exc}", file=sys.stderr)
         return 2

@@ -65,7 +65,9 @@ def test_a_missing_attribute_is_named(
     ("args", "message"),
     [
         (["nobody", "{}"], "no subscription 'nobody'"),
-        (["cheap-books", "{price"], "the event is not JSON"),
+        (["cheap-books", "{price"], "the event is not valid JSON"),
+        (["cheap-books", '{"a":' * 5000 + "1" + "}" * 5000], "levels deep; the limit is"),
+        (["cheap-books", '{"a": "x\\udc00y"}'], "lone surrogate"),
         (["cheap-books", '{"price": [1]}'], "invalid event: attribute 'price': arrays"),
         (["cheap-books", "[1]"], "invalid event: an event must be a JSON object"),
     ],
