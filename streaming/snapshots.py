@@ -7,15 +7,17 @@ directory every executor reaches (see ``snapshot_dir`` in :mod:`streaming.job`):
 
     <dir>/<sha256(prefix)[:16]>-<matcher>.snapshot
 
-    {"format": "psmatch-index-snapshot", "format_version": 1, "prefix": ..., "matcher":
-     ..., "version": <state version>, "last_change": <sha256 of the change at that
-     version>, "payload_bytes": n, "payload_sha256": ...}\\n
+    {"format": "psmatch-index-snapshot", "format_version": 1, "index_code": <sha256 of
+     the index package's source>, "prefix": ..., "matcher": ..., "version": <state
+     version>, "last_change": <sha256 of the change at that version>, "payload_bytes": n,
+     "payload_sha256": ...}\\n
     <payload: pickle of (matcher, heads)>
 
 A snapshot is written to a temporary file in the same directory and renamed over the
 previous one (atomic on POSIX), so readers never see half a file. :func:`load_snapshot`
-trusts nothing: a missing, truncated or corrupt file, another format version, another
-prefix or matcher kind, or a payload whose size or SHA-256 differs from the header is a
+trusts nothing: a missing, truncated or corrupt file, another format version, a snapshot
+written by other index code (the pickle holds the matcher's internals, whose layout
+changes with the code), another prefix or matcher kind, or a payload whose size or SHA-256 differs from the header is a
 :class:`SnapshotError` (the caller ignores it and reloads from Redis); a stale snapshot
 (newer than the state, or older than the change log reaches) is the caller's to detect
 from its ``version``. The checksum detects corruption, not forgery: the payload is a
@@ -24,6 +26,7 @@ pickle, so the directory must be writable by the service's user only.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,6 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import index
 from connectors.state import Change
 from index import Matcher
 from index.errors import PsmatchError
@@ -39,6 +43,18 @@ from index.errors import PsmatchError
 FORMAT = "psmatch-index-snapshot"
 FORMAT_VERSION = 1
 MAX_HEADER_BYTES = 4096
+
+
+@functools.cache
+def index_code_digest() -> str:
+    """SHA-256 of the source of the ``index`` package (every ``.py``, by relative path):
+    a snapshot is only loaded by the code that pickled it. Computed once per process."""
+    root = Path(index.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 class SnapshotError(PsmatchError):
@@ -86,7 +102,8 @@ def save_snapshot(
     """
     payload = pickle.dumps((matcher, heads), protocol=pickle.HIGHEST_PROTOCOL)
     header = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "prefix": prefix,
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "index_code": index_code_digest(), "prefix": prefix,
         "matcher": matcher.name, "version": version, "last_change": last_change,
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
@@ -126,6 +143,8 @@ def load_snapshot(directory: str | Path, prefix: str, matcher: str) -> Snapshot:
     if header.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"{path} has format version {header.get('format_version')!r}, "
                             f"this service reads {FORMAT_VERSION}")  # fmt: skip
+    if header.get("index_code") != index_code_digest():
+        raise SnapshotError(f"{path} was written by another version of the index code")
     if header.get("prefix") != prefix or header.get("matcher") != matcher:
         raise SnapshotError(
             f"{path} is the snapshot of matcher {header.get('matcher')!r} for Redis prefix "

@@ -4,6 +4,7 @@ and ignored (the worker reloads every subscription), and the index is right eith
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import uuid
@@ -102,6 +103,25 @@ def test_a_corrupt_snapshot_is_ignored(
     path.write_bytes(b"")  # truncated to nothing
     assert start_worker(settings, 12).replayed == 0
     assert "is not a psmatch index snapshot" in caplog.text
+
+
+def test_a_snapshot_of_other_index_code_is_ignored(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The payload pickles the matcher's internals: only the code that wrote it reads it."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    data = path.read_bytes()
+    header, _, payload = data.partition(b"\n")
+    fields = json.loads(header)
+    fields["index_code"] = "0" * 64  # as written by an older release of the index
+    path.write_bytes(json.dumps(fields).encode() + b"\n" + payload)
+    with pytest.raises(SnapshotError, match="another version of the index code"):
+        load_snapshot(path.parent, settings.redis_prefix, "psthash")
+    index = start_worker(settings, 12)
+    assert index.replayed == 0 and "another version of the index code" in caplog.text
+    check(index, exprs)
 
 
 def test_a_snapshot_of_another_prefix_or_matcher_is_ignored(
