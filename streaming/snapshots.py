@@ -17,11 +17,12 @@ A snapshot is written to a temporary file in the same directory and renamed over
 previous one (atomic on POSIX), so readers never see half a file. :func:`load_snapshot`
 trusts nothing: a missing, truncated or corrupt file, another format version, a snapshot
 written by other index code (the pickle holds the matcher's internals, whose layout
-changes with the code), another prefix or matcher kind, or a payload whose size or SHA-256 differs from the header is a
-:class:`SnapshotError` (the caller ignores it and reloads from Redis); a stale snapshot
-(newer than the state, or older than the change log reaches) is the caller's to detect
-from its ``version``. The checksum detects corruption, not forgery: the payload is a
-pickle, so the directory must be writable by the service's user only.
+changes with the code), another prefix or matcher kind, or a payload whose size or
+SHA-256 differs from the header is a :class:`SnapshotError` (the caller ignores it and
+reloads from Redis); a stale snapshot (newer than the state, or older than the change log
+reaches) is the caller's to detect from its ``version``. The checksum detects corruption,
+not forgery: the payload is a pickle, so the directory must be writable by the service's
+user only.
 """
 
 from __future__ import annotations
