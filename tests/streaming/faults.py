@@ -53,7 +53,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from connectors.kafka import ensure_topics, service_topics
 from connectors.local import KafkaBroker, RedisServer, free_port
 from index import make_matcher
-from index.language import parse_subscription
 from streaming.config import ServiceConfig
 from streaming.records import (
     DEFAULT_MAX_EVENT_ATTRIBUTES,
@@ -64,34 +63,12 @@ from streaming.records import (
     MAX_NESTING,
     REJECT_PREFIX_BYTES,
 )
+from tests.streaming.workload import ATTRS, random_subscriptions
 
 log = logging.getLogger("psmatch.faults")
 
-ATTRS = ("a", "b", "c")
-
 
 # -- the workload ----------------------------------------------------------------------
-
-
-def random_subscriptions(rng: random.Random, n: int) -> dict[str, str]:
-    """``n`` satisfiable expressions over a, b, c (integers 0..20) and s (a letter)."""
-    ops = [
-        lambda: f"{rng.choice(ATTRS)} < {rng.randint(0, 20)}",
-        lambda: f"{rng.choice(ATTRS)} >= {rng.randint(0, 20)}",
-        lambda: f"{rng.choice(ATTRS)} = {rng.randint(0, 20)}",
-        lambda: f"s in ('{rng.choice('xyz')}', '{rng.choice('xyz')}')",
-        lambda: f"not {rng.choice(ATTRS)} between {rng.randint(0, 10)} and {rng.randint(10, 20)}",
-    ]
-    subs: dict[str, str] = {}
-    while len(subs) < n:
-        parts = [rng.choice(ops)() for _ in range(rng.randint(1, 3))]
-        expr = f" {rng.choice(['and', 'or'])} ".join(parts)
-        try:
-            parse_subscription(expr)
-        except ValueError:  # e.g. unsatisfiable
-            continue
-        subs[f"sub-{len(subs)}"] = expr
-    return subs
 
 
 def random_event(rng: random.Random) -> dict[str, Any]:

@@ -22,9 +22,9 @@ from connectors.kafka import JsonProducer
 from connectors.local import LocalServices
 from connectors.state import StateStore
 from index import make_matcher
-from index.language import parse_subscription
 from streaming.config import ServiceConfig
 from streaming.job import BatchReport, start_query, stop_query
+from tests.streaming.workload import ATTRS, random_subscriptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -108,29 +108,6 @@ def wait_for_notifications(
         raise AssertionError(f"{len(set(got) & expected)}/{len(expected)} arrived; "
                              f"missing e.g. {missing}") from None  # fmt: skip
     return got
-
-
-ATTRS = ("a", "b", "c")
-
-
-def random_subscriptions(rng: random.Random, n: int) -> dict[str, str]:
-    ops = [
-        lambda: f"{rng.choice(ATTRS)} < {rng.randint(0, 20)}",
-        lambda: f"{rng.choice(ATTRS)} >= {rng.randint(0, 20)}",
-        lambda: f"{rng.choice(ATTRS)} = {rng.randint(0, 20)}",
-        lambda: f"s in ('{rng.choice('xyz')}', '{rng.choice('xyz')}')",
-        lambda: f"not {rng.choice(ATTRS)} between {rng.randint(0, 10)} and {rng.randint(10, 20)}",
-    ]
-    subs: dict[str, str] = {}
-    while len(subs) < n:
-        parts = [rng.choice(ops)() for _ in range(rng.randint(1, 3))]
-        expr = f" {rng.choice(['and', 'or'])} ".join(parts)
-        try:
-            parse_subscription(expr)
-        except ValueError:  # e.g. unsatisfiable
-            continue
-        subs[f"sub-{len(subs)}"] = expr
-    return subs
 
 
 def random_events(rng: random.Random, n: int) -> list[dict[str, Any]]:
