@@ -28,6 +28,7 @@ numbers 0 and 1 in a tree of their own.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
@@ -43,6 +44,9 @@ UNBOUNDED_HI = np.int32(2**30)
 MAX_IDS = 2**31 - 1
 """Space ids and bound ids stay below this: rows hold bound ids as int32 and a pair key
 (:func:`index.pstree.psthash.pair_key`) holds two space ids in 32 bits each."""
+_BISECT_MAX = 8
+"""Up to this many values, :meth:`PSTree.locate` bisects in Python instead of calling
+numpy, whose fixed cost per call dominated single adds."""
 VALUE_BYTES = 40
 """Estimated bytes of one bound value in a tree's list: the pointer and a small int,
 float or str object."""
@@ -275,12 +279,21 @@ class PSTree:
         """Space positions of a batch of values of this tree's kind.
 
         Position ``2i + eq`` where ``i`` counts the bounds below the value and ``eq``
-        tells whether it equals ``b_i``. Cost O(n log m), vectorised.
+        tells whether it equals ``b_i``. Cost O(n log m), vectorised; a handful of values
+        (a single add) is bisected in Python, where numpy's fixed cost per call would
+        dominate (Python compares ints and floats exactly, so no column split is needed).
         """
         m = len(self.values)
         n = len(values)
         if m == 0:
             return np.zeros(n, dtype=np.int64)
+        if n <= _BISECT_MAX:
+            bounds = self.values
+            located = np.empty(n, dtype=np.int64)
+            for j, value in enumerate(values):
+                i = bisect_left(bounds, value)
+                located[j] = 2 * i + (i < m and bounds[i] == value)
+            return located
         if self.kind is Kind.STRING:
             column = np.empty(n, dtype=object)
             column[:] = values

@@ -87,10 +87,19 @@ class PSTHashMatcher(ForestMatcher):
         self.fallback.add(first_sid[~in_hash], first_cid[~in_hash].astype(np.int32))
 
     def _add_tree_pairs(self, tree_a: np.ndarray, tree_b: np.ndarray) -> None:
-        """Note the (tree, tree) pairs hashed conjuncts are filed under."""
-        if len(tree_a):
-            keys = _tree_pair(tree_a, tree_b)
-            self._tree_pairs = np.union1d(self._tree_pairs, keys)
+        """Note the (tree, tree) pairs hashed conjuncts are filed under.
+
+        Cost O(k log k + k log P) for k new conjuncts and P known pairs; the sorted array
+        is copied only when a pair is new, which is rare once the attributes are known
+        (a single add must not pay O(P), as a union of the two arrays would)."""
+        if not len(tree_a):
+            return
+        keys = np.unique(_tree_pair(tree_a, tree_b))
+        pos = np.searchsorted(self._tree_pairs, keys)
+        known = pos < len(self._tree_pairs)
+        known[known] = self._tree_pairs[pos[known]] == keys[known]
+        if not known.all():
+            self._tree_pairs = np.insert(self._tree_pairs, pos[~known], keys[~known])
 
     def _purge(self) -> None:
         """Besides the posting lists: the side lists and the tree pairs of live hashed
