@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from index.errors import ExpressionError
+from index.language import Subscription, parse_subscription
+
 ATTRIBUTES = ["a", "b", "c", "u.v", "`odd name`"]
 NUMBERS = [0, 1, -1, 2, 3, 7, 2.5, -0.0, 0.5, 2**53, 2**53 + 1, 2**53 + 2, 2.0**53,
            2**63 - 1, -(2**63), 1e300, -1e-300, 100]
@@ -128,3 +131,14 @@ def wide_events(draw: st.DrawFn) -> dict:
     if draw(st.booleans()):
         event["a"] = draw(st.integers(-1, FLOOD_VALUES))
     return event
+
+
+def parsed(texts: list[str]) -> list[Subscription]:
+    """The subscriptions of the texts that parse (random ones may be unsatisfiable)."""
+    out = []
+    for text in texts:
+        try:
+            out.append(parse_subscription(text))
+        except ExpressionError:
+            continue
+    return out

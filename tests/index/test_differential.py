@@ -18,6 +18,7 @@ from tests.index.strategies import (
     events,
     expressions,
     flood_expressions,
+    parsed,
     wide_events,
     wide_expressions,
 )
@@ -109,12 +110,12 @@ def test_floods_and_wide_events_agree_with_scan(
     """Floods of ``!=`` / ``not in`` / near-full ranges on one attribute and wide events
     (issue 9): bulk-built, then added and removed one by one with ``check()`` each time."""
     matcher, scan = make_matcher(name), make_matcher("scan")
-    bulk = list(enumerate(_parsed(floods + wide)))
+    bulk = list(enumerate(parsed(floods + wide)))
     matcher.add_many(bulk)
     scan.add_many(bulk)
     matcher.check()
     assert matcher.match_batch(batch) == scan.match_batch(batch)
-    for i, subscription in enumerate(_parsed(later)):
+    for i, subscription in enumerate(parsed(later)):
         matcher.add(f"later{i}", subscription)
         scan.add(f"later{i}", subscription)
         matcher.check()
@@ -124,14 +125,3 @@ def test_floods_and_wide_events_agree_with_scan(
         scan.remove(sub_id)
         matcher.check()
     assert matcher.match_batch(batch) == scan.match_batch(batch)
-
-
-def _parsed(texts: list[str]) -> list:
-    """The subscriptions of the texts that parse (random ones may be unsatisfiable)."""
-    out = []
-    for text in texts:
-        try:
-            out.append(parse_subscription(text))
-        except ExpressionError:
-            continue
-    return out

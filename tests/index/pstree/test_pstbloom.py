@@ -10,19 +10,8 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from index import ExpressionError, make_matcher
-from index.language import parse_subscription
-from tests.index.strategies import events, expressions
-
-
-def parsed(texts: list[str]) -> list:
-    out = []
-    for text in texts:
-        try:
-            out.append(parse_subscription(text))
-        except ExpressionError:
-            continue
-    return out
+from index import make_matcher
+from tests.index.strategies import events, expressions, parsed
 
 
 @given(st.lists(expressions(), min_size=10, max_size=60),
