@@ -53,47 +53,44 @@ def _flatten_into(flat: FlatEvent, obj: Mapping[Any, Any], prefix: str, depth: i
         raise EventError(f"objects nested more than {MAX_DEPTH} levels deep (the event's own "
                          "object is the first)", prefix.rstrip("."))
     for key, value in obj.items():
-        if not isinstance(key, str):
+        if key.__class__ is not str and not isinstance(key, str):
             raise EventError(f"attribute names must be strings, not {type(key).__name__}",
                              f"{prefix}{key}")
         name = prefix + key
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            _flatten_into(flat, value, name + ".", depth + 1)
-            continue
-        scalar = _scalar(name, value)
+        # The classes json decoding yields are tested first, by identity: the ABC check
+        # and the conversions of other values would triple the cost of an ordinary event.
+        cls = value.__class__
+        if cls not in _SCALARS:
+            if value is None:
+                continue
+            if cls is dict or isinstance(value, Mapping):
+                _flatten_into(flat, value, name + ".", depth + 1)
+                continue
+            value = _builtin(name, value)
+            cls = value.__class__
+        if cls is int and not INT64_MIN <= value <= INT64_MAX:
+            raise EventError(f"integer {value} is outside the 64-bit signed range", name)
+        if cls is float and not math.isfinite(value):
+            raise EventError(f"{value} is not a finite number", name)
         if name in flat:
             raise EventError("given twice (once nested, once with a dotted name)", name)
-        flat[name] = scalar
+        flat[name] = value
 
 
-_SCALARS = (bool, str, int, float)
-"""The Python types of event values; bool first, as it is a subclass of int."""
+_SCALARS = frozenset((bool, str, int, float))
+"""The exact Python types of event values."""
 
 
-def _scalar(name: str, value: Any) -> Value:
+def _builtin(name: str, value: Any) -> Value:
     """``value`` as the plain Python scalar matchers compare, or :class:`EventError`.
 
     Subclasses of the scalar types and numpy scalars become their exact Python
     equivalents (``np.bool_`` a bool, ``np.int64`` an int, ``np.float32`` a float,
     ``np.str_`` a str); a value without an exact equivalent is refused by its numpy name.
     """
-    cls = value.__class__
-    if cls not in _SCALARS:
-        value = _builtin(name, value)
-        cls = value.__class__
-    if cls is int and not INT64_MIN <= value <= INT64_MAX:
-        raise EventError(f"integer {value} is outside the 64-bit signed range", name)
-    if cls is float and not math.isfinite(value):
-        raise EventError(f"{value} is not a finite number", name)
-    return value
-
-
-def _builtin(name: str, value: Any) -> Value:
     if isinstance(value, np.generic):
         value = _from_numpy(name, value)
-    for scalar in _SCALARS:
+    for scalar in (bool, str, int, float):  # bool first: a subclass of int
         if isinstance(value, scalar):
             return scalar(value)
     if isinstance(value, list | tuple | np.ndarray):

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
+import orjson
 
 from index.errors import ExpressionLimitError, PsmatchError
 from index.events import MAX_DEPTH, FlatEvent, flatten_event
@@ -231,12 +232,33 @@ def loads_bounded(data: bytes, what: str = "the value") -> Any:
     """Decode the JSON bytes ``data``; :class:`RecordError` for anything unusable.
 
     In order: UTF-8 (``invalid_unicode``), nesting on the raw bytes (``too_deep``, before
-    ``json.loads`` recurses), syntax, NaN/Infinity and out-of-range numbers
+    any decoder recurses), syntax, NaN/Infinity and out-of-range numbers
     (``invalid_json``), lone surrogate escapes such as ``"\\udc00"``
     (``invalid_unicode``: such a string cannot be stored or re-encoded as UTF-8).
+
+    Cost: O(len(data)). Values orjson decodes exactly as the standard library does are
+    decoded by orjson (four times faster); the rest, and every refusal, by
+    :func:`_loads_checked`, so the result and the error never depend on the path.
     """
-    text = _text(data, what)
     # two C-speed counts settle it for any ordinary record: depth <= opening brackets
+    deep = (data.count(b"{") + data.count(b"[") > MAX_NESTING
+            and nesting_depth(data) > MAX_NESTING)  # fmt: skip
+    if not deep and _LONG_DIGITS.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass  # refused: the checked path says why, with its code
+    return _loads_checked(data, what)
+
+
+# orjson turns an integer outside [-2**63, 2**64) into a float; the standard library keeps
+# it exact (and the event then refuses it): any such literal has 19 or more digits
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def _loads_checked(data: bytes, what: str) -> Any:
+    """:func:`loads_bounded` with the standard library's decoder and every check."""
+    text = _text(data, what)
     if (data.count(b"{") + data.count(b"[") > MAX_NESTING
             and (depth := nesting_depth(data)) > MAX_NESTING):  # fmt: skip
         raise RecordError(

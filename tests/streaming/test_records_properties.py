@@ -19,7 +19,9 @@ from streaming.records import (
     REJECT_PREFIX_BYTES,
     SINK_RECORD_LIMIT,
     RecordError,
+    _loads_checked,
     load_stored,
+    loads_bounded,
     nesting_depth,
     notification_head,
     notification_tail,
@@ -117,6 +119,28 @@ def test_arbitrary_json_raises_only_record_errors(
                     {"expr": "a = 1", "subscriber": value}):  # fmt: skip
         for data in encodings(wrapped):
             check_decoders(data)
+
+
+def decoded(decode: Any, data: bytes) -> tuple[str, Any]:
+    """What ``decode`` makes of ``data``: its value (with each float's sign and repr, so
+    that -0.0 and 0.0, 1 and 1.0 differ) or its error's code and message."""
+    try:
+        return "value", json.dumps(decode(data, "the value"), sort_keys=True, default=repr,
+                                   ensure_ascii=False, allow_nan=True)
+    except RecordError as error:
+        return error.code, str(error)
+
+
+@SETTINGS
+@given(st.one_of(JSON_VALUES.flatmap(lambda v: st.sampled_from(encodings(v))),
+                 st.binary(max_size=300)))
+@example(b"18446744073709551616")  # orjson alone would make these two floats
+@example(b'{"a": -9223372036854775809}')
+@example(b'{"a": "\\udc00"}')
+@example(b"1e999")
+def test_the_fast_decoder_agrees_with_the_checked_one(data: bytes) -> None:
+    """Which decoder ran never shows: same value, same code, same message."""
+    assert decoded(loads_bounded, data) == decoded(_loads_checked, data)
 
 
 @SETTINGS
