@@ -182,7 +182,8 @@ class ServiceMetrics:
         )
         self.index_subscriptions = Gauge(
             "psmatch_index_subscriptions",
-            "Subscriptions in the executors' index at the last batch.", registry=r,
+            "Subscriptions in the executors' index of each shard at the last batch that "
+            "matched it (shard 0 alone with one shard).", ["shard"], registry=r,
         )  # fmt: skip
         self.index_predicates = Gauge(
             "psmatch_index_predicates",
@@ -268,7 +269,8 @@ class ServiceMetrics:
             self.worker_tasks.inc(w.tasks)
             self.worker_reloads.inc(w.reloads)
             self.worker_lag.set(w.lag)
-            self.index_subscriptions.set(w.index_subscriptions)
+            for shard, subscriptions in w.shard_subscriptions.items():
+                self.index_subscriptions.labels(str(shard)).set(subscriptions)
             self.index_predicates.set(w.index_predicates)
             self.index_spaces.set(w.index_spaces)
             self.index_bytes.set(w.index_bytes)

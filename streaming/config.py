@@ -90,6 +90,12 @@ class ServiceConfig:
         default="local[*]", metadata={"help": "Spark master URL (local[*] = all cores here)"}
     )
     shuffle_partitions: int = field(default=2, metadata={"help": "spark.sql.shuffle.partitions"})
+    shards: int = field(
+        default=1,
+        metadata={"help": "split the subscriptions into this many shards by a stable hash of "
+                  "their id; each matching task holds one shard and every event is matched "
+                  "by every shard (docs/streaming.md)"},
+    )  # fmt: skip
     match_batch_size: int = field(
         default=2000, metadata={"help": "events per Arrow batch handed to the matcher"}
     )
@@ -178,7 +184,7 @@ class ServiceConfig:
         if self.trigger_seconds <= 0:
             raise ConfigError(f"trigger_seconds must be > 0, got {self.trigger_seconds}")
         for name in ("topic_partitions", "change_log_retention", "match_batch_size",
-                     "shuffle_partitions"):  # fmt: skip
+                     "shuffle_partitions", "shards"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.metrics_port <= 65535:

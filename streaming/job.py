@@ -11,7 +11,11 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
    version. A Redis fault is never a record's: it fails the batch.
 3. The events are matched on the executors with ``mapInArrow``
    (:func:`streaming.worker.match_batches`), every task at that version; they are never
-   collected to the driver.
+   collected to the driver. With ``shards`` > 1 (:mod:`streaming.shards`) each event is
+   first paired with every shard id (:func:`by_shard`) and the pairs are partitioned by
+   shard id, so task i matches every event
+   against the index of shard i alone; the notifications are the union. With one shard
+   the plan has no join and no shuffle.
 4. Notifications and rejected records are written with Spark's Kafka sink.
 
 Per batch, one log line tells what happened and where the time went, and one WARNING
@@ -76,6 +80,7 @@ class BatchReport:
     match_write_s: float
     total_s: float
     live_subscriptions: int = 0
+    shards: int = 1
     workers: TaskMetrics = field(default_factory=TaskMetrics)
     subscription_rejects: tuple[tuple[str, int], ...] = ()  # (code, count)
     samples: tuple[str, ...] = ()  # a few rejects, for the log
@@ -105,6 +110,12 @@ class BatchReport:
 
     def line(self) -> str:
         w = self.workers
+        sharding = ""
+        if self.shards > 1:
+            counts = ", ".join(f"{i}: {n}" for i, n in sorted(w.shard_subscriptions.items()))
+            sharding = (f"; {len(w.shard_subscriptions)} of {self.shards} shards matched "
+                        f"(subscriptions per shard {counts}; at most {w.process_indexes} "
+                        "shard indexes in one worker process)")  # fmt: skip
         return (
             f"batch {self.batch_id}: {self.subscription_records} subscription records "
             f"({self.subscriptions_applied} applied, {self.subscriptions_rejected} rejected) "
@@ -113,7 +124,7 @@ class BatchReport:
             f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s, redis {self.state_s:.2f} s, "
             f"match+write {self.match_write_s:.2f} s; in workers: catch-up "
             f"{w.sync_s:.2f} s, parse {w.parse_s:.2f} s, "
-            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s]"
+            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s]{sharding}"
         )
 
     def rejects_line(self) -> str | None:
@@ -186,7 +197,27 @@ def _report_to(acc: Any, metrics: TaskMetrics) -> None:
 
 
 def _match_partition(settings: WorkerSettings, version: int, acc: Any, batches: Any) -> Any:
-    return match_batches(settings, version, batches, partial(_report_to, acc))
+    """The ``mapInArrow`` function: with several shards, the task's partition is its
+    shard (the events were partitioned by shard id, see :func:`by_shard`)."""
+    shard = 0
+    if settings.shards > 1:
+        from pyspark import TaskContext
+
+        shard = TaskContext.get().partitionId()
+    return match_batches(settings, version, batches, partial(_report_to, acc), shard)
+
+
+def by_shard(events: Any, shards: int) -> Any:
+    """``events`` paired with every shard id (column ``shard``) and partitioned by it:
+    partition i holds every event, with shard id i. The product is an ``explode`` of the
+    ids ``0 .. shards - 1`` on each row (a cross join with a range, without the broadcast
+    a join would run per batch), then one shuffle of ``shards`` times the events into
+    ``shards`` partitions (``repartitionById``: the id is the partition, no hashing that
+    could put two shards in one partition)."""
+    from pyspark.sql import functions as F
+
+    ids = F.explode(F.sequence(F.lit(0), F.lit(shards - 1))).alias("shard")
+    return events.select("*", ids).repartitionById(shards, "shard")
 
 
 def snapshot_dir(checkpoint_location: str) -> str | None:
@@ -227,6 +258,7 @@ class BatchProcessor:
             limits=self.limits,
             redis_retry_seconds=config.redis_retry_seconds,
             snapshot_dir=snapshot_dir(config.checkpoint_location),
+            shards=config.shards,
         )
         self.on_report = on_report
         self._param = _MetricsParam()
@@ -260,6 +292,8 @@ class BatchProcessor:
 
             acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
             events = batch.filter(F.col("topic") == cfg.events_topic)
+            if cfg.shards > 1:
+                events = by_shard(events, cfg.shards)
             out = events.mapInArrow(
                 partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
             )
@@ -288,6 +322,7 @@ class BatchProcessor:
             match_write_s=t3 - t2,
             total_s=t3 - t0,
             live_subscriptions=live,
+            shards=cfg.shards,
             workers=workers,
             subscription_rejects=tuple(sorted(codes.items())),
             samples=(*samples, *workers.samples)[:MAX_SAMPLES],
@@ -376,10 +411,10 @@ def start_query(
         writer = writer.queryName(query_name)
     query = writer.start()
     log.info(
-        "streaming query started: %s + %s -> %s / %s (matcher %s, trigger %.1f s, "
+        "streaming query started: %s + %s -> %s / %s (matcher %s, %d shards, trigger %.1f s, "
         "checkpoint %s, Redis %s with key prefix %r, Kafka %s over %s)",
         config.subscriptions_topic, config.events_topic, config.notifications_topic,
-        config.rejected_topic, config.matcher, config.trigger_seconds,
+        config.rejected_topic, config.matcher, config.shards, config.trigger_seconds,
         config.checkpoint_location, config.redis_display_url, config.redis_prefix,
         config.bootstrap_servers, config.kafka_security_protocol,
     )  # fmt: skip

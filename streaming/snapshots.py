@@ -2,27 +2,28 @@
 worker that starts (or falls behind the change log) loads it and replays the change log
 from the snapshot's version instead of parsing every subscription again.
 
-Owns the snapshot file format. One file per (Redis key prefix, matcher kind), in a
-directory every executor reaches (see ``snapshot_dir`` in :mod:`streaming.job`)::
+Owns the snapshot file format. One file per (Redis key prefix, matcher kind, shard of
+shard count, see :mod:`streaming.shards`), in a directory every executor reaches (see
+``snapshot_dir`` in :mod:`streaming.job`)::
 
-    <dir>/<sha256(prefix)[:16]>-<matcher>.snapshot
+    <dir>/<sha256(prefix)[:16]>-<matcher>-<shard>of<shards>.snapshot
 
-    {"format": "psmatch-index-snapshot", "format_version": 1, "index_code": <sha256 of
-     the index package's source>, "prefix": ..., "matcher": ..., "version": <state
-     version>, "last_change": <sha256 of the change at that version>, "payload_bytes": n,
-     "payload_sha256": ...}\\n
+    {"format": "psmatch-index-snapshot", "format_version": 2, "index_code": <sha256 of
+     the index package's source>, "prefix": ..., "matcher": ..., "shard": i, "shards": n,
+     "version": <state version>, "last_change": <sha256 of the change at that version>,
+     "payload_bytes": n, "payload_sha256": ...}\\n
     <payload: pickle of (matcher, heads)>
 
 A snapshot is written to a temporary file in the same directory and renamed over the
 previous one (atomic on POSIX), so readers never see half a file. :func:`load_snapshot`
 trusts nothing: a missing, truncated or corrupt file, another format version, a snapshot
 written by other index code (the pickle holds the matcher's internals, whose layout
-changes with the code), another prefix or matcher kind, or a payload whose size or
-SHA-256 differs from the header is a :class:`SnapshotError` (the caller ignores it and
-reloads from Redis); a stale snapshot (newer than the state, or older than the change log
-reaches) is the caller's to detect from its ``version``. The checksum detects corruption,
-not forgery: the payload is a pickle, so the directory must be writable by the service's
-user only.
+changes with the code), another prefix, matcher kind, shard or shard count, or a payload
+whose size or SHA-256 differs from the header is a :class:`SnapshotError` (the caller
+ignores it and reloads from Redis); a stale snapshot (newer than the state, or older
+than the change log reaches) is the caller's to detect from its ``version``. The checksum
+detects corruption, not forgery: the payload is a pickle, so the directory must be
+writable by the service's user only.
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ import index
 from connectors.state import Change
 from index import Matcher
 from index.errors import PsmatchError
+from streaming.shards import WHOLE, Shard
 
 FORMAT = "psmatch-index-snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_HEADER_BYTES = 4096
 
 
@@ -72,10 +74,13 @@ class Snapshot:
     last_change: str | None  # change_digest of the state's change at ``version``
 
 
-def snapshot_path(directory: str | Path, prefix: str, matcher: str) -> Path:
-    """The file of the snapshot of ``matcher`` for the state under ``prefix``."""
+def snapshot_path(
+    directory: str | Path, prefix: str, matcher: str, shard: Shard = WHOLE
+) -> Path:
+    """The file of the snapshot of ``matcher`` holding ``shard`` of the state under
+    ``prefix``."""
     digest = hashlib.sha256(prefix.encode("utf-8")).hexdigest()[:16]
-    return Path(directory) / f"{digest}-{matcher}.snapshot"
+    return Path(directory) / f"{digest}-{matcher}-{shard.number}of{shard.count}.snapshot"
 
 
 def change_digest(change: Change) -> str:
@@ -93,10 +98,12 @@ def save_snapshot(
     matcher: Matcher,
     heads: dict[str, bytes],
     last_change: str | None,
+    shard: Shard = WHOLE,
 ) -> Path:
-    """Write the snapshot of ``matcher`` (of kind ``matcher.name``) and ``heads`` at state
-    ``version`` (``last_change``: :func:`change_digest` of the change at ``version``,
-    ``None`` at version 0), atomically replacing any previous one; returns its path.
+    """Write the snapshot of ``matcher`` (of kind ``matcher.name``, holding ``shard``)
+    and ``heads`` at state ``version`` (``last_change``: :func:`change_digest` of the
+    change at ``version``, ``None`` at version 0), atomically replacing any previous one
+    of that shard; returns its path.
 
     Cost: one pickle of the matcher (its numpy columns are copied as they are) and one
     SHA-256 over it; the file is about ``matcher.stats().estimated_bytes`` plus the ids.
@@ -105,11 +112,12 @@ def save_snapshot(
     header = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "index_code": index_code_digest(), "prefix": prefix,
-        "matcher": matcher.name, "version": version, "last_change": last_change,
+        "matcher": matcher.name, "shard": shard.number, "shards": shard.count,
+        "version": version, "last_change": last_change,
         "payload_bytes": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
     }  # fmt: skip
-    path = snapshot_path(directory, prefix, matcher.name)
+    path = snapshot_path(directory, prefix, matcher.name, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
     try:
@@ -123,13 +131,16 @@ def save_snapshot(
     return path
 
 
-def load_snapshot(directory: str | Path, prefix: str, matcher: str) -> Snapshot:
-    """The snapshot of ``matcher`` for ``prefix``; :class:`SnapshotError` if there is
-    none or it is not exactly what :func:`save_snapshot` wrote for them.
+def load_snapshot(
+    directory: str | Path, prefix: str, matcher: str, shard: Shard = WHOLE
+) -> Snapshot:
+    """The snapshot of ``matcher`` holding ``shard`` for ``prefix``;
+    :class:`SnapshotError` if there is none or it is not exactly what
+    :func:`save_snapshot` wrote for them.
 
     Cost: one read and one SHA-256 of the file, then one unpickle.
     """
-    path = snapshot_path(directory, prefix, matcher)
+    path = snapshot_path(directory, prefix, matcher, shard)
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -151,6 +162,9 @@ def load_snapshot(directory: str | Path, prefix: str, matcher: str) -> Snapshot:
             f"{path} is the snapshot of matcher {header.get('matcher')!r} for Redis prefix "
             f"{header.get('prefix')!r}, not of {matcher!r} for {prefix!r}"
         )
+    if (header.get("shard"), header.get("shards")) != (shard.number, shard.count):
+        raise SnapshotError(f"{path} holds shard {header.get('shard')!r} of "
+                            f"{header.get('shards')!r}, not {shard}")  # fmt: skip
     payload = memoryview(data)[end + 1 :]
     if (len(payload) != header.get("payload_bytes")
             or hashlib.sha256(payload).hexdigest() != header.get("payload_sha256")):  # fmt: skip

@@ -2,11 +2,14 @@
 
 Owns the per-process index cache. A Python worker (kept alive across tasks and batches
 by ``spark.python.worker.reuse``) holds one :class:`WorkerIndex` per (Redis URL, key
-prefix, matcher kind) in module memory. For each task the driver names the
-subscription version of the batch; :func:`sync_index` brings the cached matcher to
-exactly that version by replaying the change log from Redis, or reloads every
-subscription from Redis when the log no longer reaches back far enough (first use,
-retention exceeded, state rebuilt); both in bulk, with one ``add_many``, each stored
+prefix, matcher kind, shard count, shard) in module memory: one index per shard it has
+been handed (:mod:`streaming.shards`; Spark gives no partition-to-executor affinity, so
+a process may be handed several shards over time), each holding only the subscriptions
+of its shard. For each task the driver names the subscription version of the batch;
+:func:`sync_index` brings the cached matcher to exactly that version by replaying the
+change log from Redis, or reloads every subscription from Redis (read whole, the
+shard's kept) when the log no longer reaches back far enough (first use, retention
+exceeded, state rebuilt); both in bulk, with one ``add_many``, each stored
 subscription decoded inside a per-record barrier (one that cannot be decoded is left
 out and logged) and, should ``add_many`` itself raise, a rebuild one subscription at a
 time that leaves out only the culprits. :func:`match_batches` is the ``mapInArrow``
@@ -28,9 +31,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from connectors.state import DEFAULT_RETRY_SECONDS, Change, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
+from index.errors import PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
 from streaming.records import (
@@ -46,6 +51,7 @@ from streaming.records import (
     rejected_key,
     rejected_value,
 )
+from streaming.shards import WHOLE, Shard
 from streaming.snapshots import SnapshotError, change_digest, load_snapshot, save_snapshot
 
 log = logging.getLogger(__name__)
@@ -63,7 +69,11 @@ SAMPLE_CHARS = 200
 class TaskMetrics:
     """What matching tasks report to the driver (a Spark accumulator merges them with
     :meth:`merge`): counts and seconds are summed; ``lag`` and the index figures, the
-    same for every task of a batch up to timing, by maximum."""
+    same for every task of a batch (of a shard) up to timing, by maximum.
+    ``shard_subscriptions`` has the subscriptions of each matched shard's index, so its
+    length is the number of shards matched; ``process_indexes`` is the most shard
+    indexes one Python worker process held (the memory cost of sharding without
+    affinity, see :mod:`streaming.shards`)."""
 
     tasks: int = 0
     events: int = 0
@@ -79,6 +89,8 @@ class TaskMetrics:
     index_predicates: int = 0
     index_spaces: int = 0
     index_bytes: int = 0
+    process_indexes: int = 0
+    shard_subscriptions: dict[int, int] = field(default_factory=dict)  # by shard number
     rejects: dict[str, int] = field(default_factory=dict)  # by reject code
     samples: list[str] = field(default_factory=list)  # at most MAX_SAMPLES
 
@@ -94,8 +106,10 @@ class TaskMetrics:
                      "match_s", "encode_s", "reloads"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("lag", "index_subscriptions", "index_predicates", "index_spaces",
-                     "index_bytes"):  # fmt: skip
+                     "index_bytes", "process_indexes"):  # fmt: skip
             setattr(self, name, max(getattr(self, name), getattr(other, name)))
+        for shard, n in other.shard_subscriptions.items():
+            self.shard_subscriptions[shard] = max(self.shard_subscriptions.get(shard, 0), n)
         for code, n in other.rejects.items():
             self.rejects[code] = self.rejects.get(code, 0) + n
         self.samples.extend(other.samples[: MAX_SAMPLES - len(self.samples)])
@@ -123,29 +137,40 @@ class WorkerSettings:
     limits: RecordLimits = field(default_factory=RecordLimits)
     redis_retry_seconds: float = DEFAULT_RETRY_SECONDS
     snapshot_dir: str | None = None  # index snapshots (streaming.snapshots); None: none
+    shards: int = 1  # subscriptions split into this many shards (streaming.shards)
+
+
+class ShardMismatchError(PsmatchError):
+    """A matching task was handed events paired with another shard than its own: the
+    job's plan no longer partitions events by shard (a bug, never a record's fault)."""
 
 
 @dataclass
 class WorkerIndex:
-    """A matcher at a known version plus each subscription's notification head."""
+    """A matcher at a known version plus each subscription's notification head, holding
+    the subscriptions of ``shard`` only."""
 
     matcher: Matcher
     version: int = 0
     heads: dict[str, bytes] = field(default_factory=dict)
     reloads: int = 0
     replayed: int = 0
+    shard: Shard = WHOLE
 
     def apply(self, changes: Iterable[tuple[str, str | None]]) -> None:
         """Apply stored subscriptions and deletions (``(id, stored text)``, ``None`` for a
-        delete), in order, in bulk: only each id's last change counts; deletions are one
-        ``remove`` each (the Matcher interface has no bulk removal), and the puts are
-        decoded one by one inside the per-record barrier (see :meth:`_decode`) and handed
-        to one ``add_many``. Raises whatever ``add_many`` raised: the matcher may then be
+        delete), in order, in bulk: changes of other shards are skipped (one CRC-32 of
+        the id each, none with one shard); only each id's last change counts; deletions
+        are one ``remove`` each (the Matcher interface has no bulk removal), and the puts
+        are decoded one by one inside the per-record barrier (see :meth:`_decode`) and
+        handed to one ``add_many``. Raises whatever ``add_many`` raised: the matcher may then be
         half updated, and the caller discards it.
 
         Cost: one JSON decode and expression parse per put, and the matcher's bulk insert.
         """
-        latest = dict(changes)
+        holds = self.shard.holds
+        latest = (dict(changes) if self.shard.count == 1
+                  else {sub_id: stored for sub_id, stored in changes if holds(sub_id)})  # fmt: skip
         for sub_id, stored in latest.items():
             if stored is None:
                 self.delete(sub_id)
@@ -195,7 +220,7 @@ class WorkerIndex:
         self.heads.pop(sub_id, None)
 
 
-_CACHE: dict[tuple[str, str, str], WorkerIndex] = {}
+_CACHE: dict[tuple[str, str, str, int, int], WorkerIndex] = {}
 _STORES: dict[tuple[str, str, int, float], StateStore] = {}
 _LOCK = threading.Lock()
 
@@ -210,45 +235,59 @@ def _store(settings: WorkerSettings) -> StateStore:
     return store
 
 
-def build_index(matcher: str, version: int, subs: dict[str, str]) -> WorkerIndex:
-    """An index of every stored subscription in ``subs`` (id -> stored text), at
-    ``version``: in bulk (:meth:`WorkerIndex.apply`); should ``add_many`` raise, a fresh
-    matcher is built one subscription at a time, so that only the culprits are left out."""
-    index = WorkerIndex(make_matcher(matcher), version)
+def _cache_key(settings: WorkerSettings, shard: int) -> tuple[str, str, str, int, int]:
+    return (settings.redis_url, settings.redis_prefix, settings.matcher, settings.shards, shard)
+
+
+def build_index(
+    matcher: str, version: int, subs: dict[str, str], shard: Shard = WHOLE
+) -> WorkerIndex:
+    """An index of every stored subscription of ``shard`` in ``subs`` (id -> stored
+    text), at ``version``: in bulk (:meth:`WorkerIndex.apply`); should ``add_many``
+    raise, a fresh matcher is built one subscription at a time, so that only the culprits
+    are left out."""
+    index = WorkerIndex(make_matcher(matcher), version, shard=shard)
     try:
         index.apply(subs.items())
         return index
     except Exception:  # the per-record barrier of the bulk path: find the culprits
         log.exception("indexing %d stored subscriptions in bulk failed; indexing them one "
                       "by one", len(subs))  # fmt: skip
-    index = WorkerIndex(make_matcher(matcher), version)
+    index = WorkerIndex(make_matcher(matcher), version, shard=shard)
     for sub_id, stored in subs.items():
-        index.put(sub_id, stored)
+        if shard.holds(sub_id):
+            index.put(sub_id, stored)
     return index
 
 
-def _reload(settings: WorkerSettings, store: StateStore, version: int) -> WorkerIndex:
-    """An index brought to ``version`` from the snapshot, else from every subscription in
-    Redis (then saved as the new snapshot)."""
-    index = _from_snapshot(settings, store, version)
+def _reload(
+    settings: WorkerSettings, store: StateStore, version: int, shard: Shard
+) -> WorkerIndex:
+    """An index of ``shard`` brought to ``version`` from its snapshot, else from every
+    subscription in Redis (read whole, the shard's kept; then saved as the new
+    snapshot)."""
+    index = _from_snapshot(settings, store, version, shard)
     if index is not None:
         return index
     state_version, subs = store.snapshot()
-    index = build_index(settings.matcher, state_version, subs)
+    index = build_index(settings.matcher, state_version, subs, shard)
     if settings.snapshot_dir is not None:
         _save_snapshot(settings, store, index)
     return index
 
 
-def _from_snapshot(settings: WorkerSettings, store: StateStore, version: int) -> WorkerIndex | None:
-    """The index of the snapshot, caught up to ``version``; ``None`` (and why, in the
+def _from_snapshot(
+    settings: WorkerSettings, store: StateStore, version: int, shard: Shard
+) -> WorkerIndex | None:
+    """The index of the snapshot of ``shard``, caught up to ``version``; ``None`` (and why, in the
     log) when there is none, or it is unusable: corrupt or foreign, newer than the state,
     older than the change log reaches, or of another state (its last change is not the
     log's entry at its version)."""
     if settings.snapshot_dir is None:
         return None
     try:
-        snap = load_snapshot(settings.snapshot_dir, settings.redis_prefix, settings.matcher)
+        snap = load_snapshot(settings.snapshot_dir, settings.redis_prefix, settings.matcher,
+                             shard)  # fmt: skip
     except SnapshotError as exc:
         log.info("reloading every subscription: %s", exc)
         return None
@@ -270,11 +309,11 @@ def _from_snapshot(settings: WorkerSettings, store: StateStore, version: int) ->
         log.warning("ignoring the index snapshot at version %d: it is of another state "
                     "(its last change differs from the change log's)", snap.version)  # fmt: skip
         return None
-    index = WorkerIndex(snap.matcher, snap.version, snap.heads)
+    index = WorkerIndex(snap.matcher, snap.version, snap.heads, shard=shard)
     if not _catch_up(index, changes[1:] if snap.version else changes):
         return None
-    log.info("loaded the index snapshot at version %d and replayed %d changes",
-             snap.version, index.replayed)  # fmt: skip
+    log.info("loaded the index snapshot of %s at version %d and replayed %d changes",
+             shard, snap.version, index.replayed)  # fmt: skip
     return index
 
 
@@ -291,11 +330,13 @@ def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerInd
     try:
         path = save_snapshot(settings.snapshot_dir, settings.redis_prefix, index.version,
                              index.matcher, index.heads,
-                             None if last is None else change_digest(last))  # fmt: skip
+                             None if last is None else change_digest(last),
+                             index.shard)  # fmt: skip
     except OSError as exc:  # a snapshot is an optimisation: the worker goes on without
         log.warning("could not write the index snapshot in %s: %s", settings.snapshot_dir, exc)
         return
-    log.info("wrote the index snapshot at version %d to %s", index.version, path)
+    log.info("wrote the index snapshot of %s at version %d to %s", index.shard, index.version,
+             path)  # fmt: skip
 
 
 def _catch_up(index: WorkerIndex, changes: list[Change]) -> bool:
@@ -313,10 +354,14 @@ def _catch_up(index: WorkerIndex, changes: list[Change]) -> bool:
     return True
 
 
-def sync_index(settings: WorkerSettings, version: int) -> WorkerIndex:
-    """The cached index of this process, brought to ``version``."""
-    key = (settings.redis_url, settings.redis_prefix, settings.matcher)
+def sync_index(settings: WorkerSettings, version: int, shard: int = 0) -> WorkerIndex:
+    """The cached index of ``shard`` (of ``settings.shards``) of this process, brought to
+    ``version``. Indexes of the same state cached for another shard count (the job was
+    restarted with another ``--shards``) are dropped: no task will ask for them again."""
+    key = _cache_key(settings, shard)
     with _LOCK:
+        for stale in [k for k in _CACHE if k[:3] == key[:3] and k[3] != settings.shards]:
+            del _CACHE[stale]
         store = _store(settings)
         index = _CACHE.get(key)
         if index is not None and index.version < version:
@@ -330,7 +375,7 @@ def sync_index(settings: WorkerSettings, version: int) -> WorkerIndex:
             # but still behind ``version``): reload
         if index is None or index.version != version:
             reloads = index.reloads + 1 if index is not None else 1
-            index = _reload(settings, store, version)
+            index = _reload(settings, store, version, Shard(shard, settings.shards))
             index.reloads = reloads
             if index.version != version:
                 log.warning(
@@ -437,16 +482,22 @@ def match_batches(
     version: int,
     batches: Iterator[pa.RecordBatch],
     report: Callable[[TaskMetrics], None] | None = None,
+    shard: int = 0,
 ) -> Iterator[pa.RecordBatch]:
-    """The body of the ``mapInArrow`` function for one partition of events.
+    """The body of the ``mapInArrow`` function for one partition of events, matched
+    against the index of ``shard``.
 
-    Input batches have the columns ``key, value, topic, partition, offset, ts``.
+    Input batches have the columns ``key, value, topic, partition, offset, ts``, and
+    with several shards ``shard``, which must be ``shard`` on every row (else
+    :class:`ShardMismatchError`: the plan is wrong, and matching other shards' events
+    here would lose their notifications).
     """
     metrics = TaskMetrics(tasks=1)
     t0 = time.perf_counter()
-    before = _CACHE.get((settings.redis_url, settings.redis_prefix, settings.matcher))
+    key = _cache_key(settings, shard)
+    before = _CACHE.get(key)
     before_version = before.version if before is not None else 0
-    index = sync_index(settings, version)
+    index = sync_index(settings, version, shard)
     metrics.sync_s += time.perf_counter() - t0
     stats = index.matcher.stats()
     metrics.reloads = int(index is not before)
@@ -455,7 +506,14 @@ def match_batches(
     metrics.index_predicates = stats.predicates
     metrics.index_spaces = stats.spaces
     metrics.index_bytes = stats.estimated_bytes
+    metrics.shard_subscriptions[shard] = stats.subscriptions
+    metrics.process_indexes = sum(1 for k in list(_CACHE) if k[:4] == key[:4])
     for batch in batches:
+        if settings.shards > 1:
+            handed = pc.unique(batch.column("shard")).to_pylist()
+            if handed != [shard]:
+                raise ShardMismatchError(f"the task of shard {shard} was handed events of "
+                                         f"shards {handed}")  # fmt: skip
         cols = batch.to_pydict()
         rows = zip(
             cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"],

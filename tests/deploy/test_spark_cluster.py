@@ -1,14 +1,18 @@
-"""The job on a real Spark standalone cluster: a master and a worker started from pyspark
+"""The job on a real Spark standalone cluster: a master and workers started from pyspark
 (``connectors.standalone``), ``psmatch run --spark-master spark://...`` in its own
 process. Matching must run in Python workers under the executor process (not the
 driver); after the executor is killed with SIGKILL, the master starts a new one, the
 query goes on, every expected notification arrives and the metrics count the reload.
+With two workers and ``--shards 2``, the notifications are those of one shard, and each
+shard's index holds only its half of the subscriptions.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,9 +22,15 @@ import pytest
 from kafka import KafkaConsumer
 
 from connectors.kafka import JsonProducer
+from connectors.local import free_port
 from connectors.standalone import StandaloneCluster
 from streaming.config import ServiceConfig
+from streaming.job import prepare, snapshot_dir
+from streaming.shards import Shard, shard_of
+from streaming.snapshots import load_snapshot
 from tests.deploy.conftest import JobProcess
+from tests.streaming.test_end_to_end import expected_matches, random_events
+from tests.streaming.workload import random_subscriptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -45,10 +55,12 @@ def cmdline(p: psutil.Process) -> str:
         return ""
 
 
+def executors_under(pid: int) -> list[psutil.Process]:
+    return [p for p in descendants(pid) if "CoarseGrainedExecutorBackend" in cmdline(p)]
+
+
 def executors(cluster: StandaloneCluster) -> list[psutil.Process]:
-    assert cluster.worker is not None
-    return [p for p in descendants(cluster.worker.pid)
-            if "CoarseGrainedExecutorBackend" in cmdline(p)]  # fmt: skip
+    return [p for worker in cluster.workers for p in executors_under(worker.pid)]
 
 
 def python_workers(pid: int) -> list[psutil.Process]:
@@ -126,3 +138,65 @@ def test_the_job_survives_losing_its_executor(
     assert new_reloads is not None and new_reloads > reloads, "the new executor reloaded"
     (app,) = cluster.status()["activeapps"]
     assert app["state"] == "RUNNING"
+
+
+SHARD_LINE = re.compile(r"2 of 2 shards matched \(subscriptions per shard 0: (\d+), 1: (\d+); "
+                        r"at most (\d) shard indexes in one worker process\)")  # fmt: skip
+
+
+def test_two_shards_on_two_workers_notify_what_one_shard_does(
+    tmp_path: Path,
+    make_config: Callable[..., ServiceConfig],
+    start_job: Callable[[ServiceConfig], JobProcess],
+) -> None:
+    rng = random.Random(31)
+    subs = random_subscriptions(rng, 60)
+    events = {f"ev-{i}": e for i, e in enumerate(random_events(rng, 200))}
+    expected = expected_matches(subs, events)
+    halves = [{sid for sid in subs if shard_of(sid, 2) == s} for s in range(2)]
+    assert all(halves)
+    with StandaloneCluster(tmp_path / "spark", cores=1, memory="1g", worker_count=2) as cluster:
+        two = make_config(spark_master=cluster.master_url, trigger_seconds=1.0, shards=2)
+        prepare(two)  # the topics
+        with JsonProducer(two.bootstrap_servers) as producer:
+            for sub_id, expr in subs.items():
+                producer.send(two.subscriptions_topic, {"expr": expr}, key=sub_id)
+            producer.flush()
+            for ev_id, event in events.items():
+                producer.send(two.events_topic, event, key=ev_id)
+        job = start_job(two)
+        job.wait_until(lambda: set(notifications(two)) >= expected, 300,
+                       f"{len(expected)} notifications with two shards")  # fmt: skip
+        job.wait_until(lambda: job.metric("psmatch_events_matched_total") == len(events), 60,
+                       "every event matched")  # fmt: skip
+        # one executor under each worker, matching in Python workers under them
+        per_worker = [executors_under(w.pid) for w in cluster.workers]
+        assert [len(found) for found in per_worker] == [1, 1]
+        assert all(python_workers(found[0].pid) for found in per_worker)
+        # each shard's index held its half: as reported by the tasks...
+        for s in range(2):
+            assert job.metric("psmatch_index_subscriptions", shard=str(s)) == len(halves[s])
+        lines = SHARD_LINE.findall(job.log_file.read_text())
+        assert lines and all((int(a), int(b)) == tuple(map(len, halves)) for a, b, _ in lines)
+        held = max(int(k) for _, _, k in lines)
+        # ...and as written in the shards' snapshots by the workers that built them
+        folder = snapshot_dir(two.checkpoint_location)
+        assert folder is not None
+        for s in range(2):
+            snap = load_snapshot(folder, two.redis_prefix, two.matcher, Shard(s, 2))
+            assert set(snap.heads) == halves[s]
+        job.stop()
+
+        one = two.replace(shards=1, redis_prefix=two.redis_prefix + "one:",
+                          notifications_topic=two.notifications_topic + "-one",
+                          checkpoint_location=str(tmp_path / "checkpoint-one"),
+                          metrics_port=free_port())  # fmt: skip
+        job = start_job(one)
+        job.wait_until(lambda: set(notifications(one)) >= expected, 300,
+                       f"{len(expected)} notifications with one shard")  # fmt: skip
+        job.wait_until(lambda: job.metric("psmatch_events_matched_total") == len(events), 60,
+                       "every event matched")  # fmt: skip
+        job.stop()
+    assert set(notifications(two)) == set(notifications(one)) == expected
+    print(f"two shards on two workers: {len(expected)} notifications; shard sizes "
+          f"{[len(h) for h in halves]}; at most {held} shard indexes in one Python worker")

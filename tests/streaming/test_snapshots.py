@@ -82,7 +82,8 @@ def test_a_starting_worker_loads_the_snapshot_and_replays_only_the_log_after_it(
     del exprs["s1"]
     index = start_worker(settings, 15)
     assert (index.version, index.replayed) == (15, 3)
-    assert "loaded the index snapshot at version 12 and replayed 3 changes" in caplog.text
+    assert ("loaded the index snapshot of shard 0 of 1 at version 12 and replayed 3 changes"
+            in caplog.text)
     check(index, exprs)
 
 
