@@ -411,7 +411,7 @@ def start_query(
         writer = writer.queryName(query_name)
     query = writer.start()
     log.info(
-        "streaming query started: %s + %s -> %s / %s (matcher %s, %d shards, trigger %.1f s, "
+        "streaming query started: %s + %s -> %s / %s (matcher %s, shards %d, trigger %.1f s, "
         "checkpoint %s, Redis %s with key prefix %r, Kafka %s over %s)",
         config.subscriptions_topic, config.events_topic, config.notifications_topic,
         config.rejected_topic, config.matcher, config.shards, config.trigger_seconds,

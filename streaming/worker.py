@@ -394,6 +394,7 @@ def match_rows(
     settings: WorkerSettings,
     rows: Iterable[tuple[bytes | None, bytes | None, str, int, int, int | None]],
     metrics: TaskMetrics,
+    primary: bool = True,
 ) -> tuple[list[str], list[bytes | None], list[bytes]]:
     """Match ``(key, value, topic, partition, offset, timestamp_ms)`` rows.
 
@@ -401,6 +402,11 @@ def match_rows(
     makes it a rejected record and the others go on. The valid ones are matched together
     (:meth:`index.Matcher.match_flat_batch`). Returns the columns ``topic, key, value``
     of the output records.
+
+    With several shards every event reaches the task of every shard; only the
+    ``primary`` one (shard 0) counts the events and rejects those that cannot be decoded
+    (every shard decodes the same bytes alike), so each is counted and rejected once. An
+    event the matcher raises on is rejected by the shard whose matcher raised.
     """
     t0 = time.perf_counter()
     topics: list[str] = []
@@ -428,7 +434,8 @@ def match_rows(
             tail = notification_tail(event_id(key, topic, partition, offset), value, matched_at,
                                      ts)  # fmt: skip
         except Exception as exc:
-            reject(record_error(exc), key, value, topic, partition, offset)
+            if primary:
+                reject(record_error(exc), key, value, topic, partition, offset)
             continue
         flat_events.append(flat)
         tails.append(tail)
@@ -449,7 +456,7 @@ def match_rows(
             values.append(heads[sub_id] + tail)
         notifications += len(ids)
     t3 = time.perf_counter()
-    metrics.events += n
+    metrics.events += n if primary else 0
     metrics.notifications += notifications
     metrics.parse_s += t1 - t0
     metrics.match_s += t2 - t1
@@ -519,7 +526,7 @@ def match_batches(
             cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"],
             cols["ts"], strict=True,
         )  # fmt: skip
-        topics, keys, values = match_rows(index, settings, rows, metrics)
+        topics, keys, values = match_rows(index, settings, rows, metrics, shard == 0)
         if topics:
             yield pa.RecordBatch.from_arrays(
                 [pa.array(topics, pa.string()), pa.array(keys, pa.binary()),

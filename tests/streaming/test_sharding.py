@@ -36,6 +36,7 @@ from streaming.worker import ShardMismatchError, TaskMetrics, WorkerSettings, ma
 from tests.streaming.test_end_to_end import (
     expected_matches,
     random_events,
+    read_topic,
     running,
     wait_for_notifications,
 )
@@ -211,11 +212,21 @@ def test_a_task_handed_events_of_another_shard_refuses_them(
                                                  r"shards \[1\]"):  # fmt: skip
         list(match_batches(settings, 30, iter([batch]), None, 2))
     reported: list[TaskMetrics] = []
-    out = list(match_batches(settings, 30, iter([batch]), reported.append, 1))
+    bad = pa.RecordBatch.from_pydict({
+        "key": [b"bad"], "value": [b"[1]"], "topic": ["ev"], "partition": [0],
+        "offset": [1], "ts": [0], "shard": pa.array([1], pa.int32()),
+    })  # fmt: skip
+    out = list(match_batches(settings, 30, iter([batch, bad]), reported.append, 1))
     mine = {sid for sid in ids if shard_of(sid, SHARDS) == 1}
     assert {k.decode() for b in out for k in b.column("key").to_pylist()} == mine
     assert reported[0].shard_subscriptions == {1: len(mine)}
     assert reported[0].process_indexes == 2  # shard 2's index was built before the refusal
+    # shard 0 alone counts the events and rejects the bad ones: once, whatever the shards
+    assert (reported[0].events, reported[0].rejected) == (0, 0)
+    zero = [b.set_column(6, "shard", pa.array([0], pa.int32())) for b in (batch, bad)]
+    out = list(match_batches(settings, 30, iter(zero), reported.append, 0))
+    assert [k for b in out for k in b.column("key").to_pylist()].count(b"bad") == 1
+    assert (reported[1].events, reported[1].rejected) == (2, 1)
 
 
 # -- the job in local mode: two shards notify what one shard does ------------------------
@@ -227,6 +238,7 @@ def test_two_shards_notify_exactly_what_one_shard_does(
     one = make_config()
     two = one.replace(shards=2, redis_prefix=one.redis_prefix + "two:",
                       notifications_topic=one.notifications_topic + "-two",
+                      rejected_topic=one.rejected_topic + "-two",
                       checkpoint_location=str(tmp_path / "checkpoint-two"))  # fmt: skip
     rng = random.Random(23)
     subs = random_subscriptions(rng, 80)
@@ -240,13 +252,19 @@ def test_two_shards_notify_exactly_what_one_shard_does(
         producer.flush()
         for ev_id, event in events.items():
             producer.send(one.events_topic, event, key=ev_id)
+        producer.send(one.events_topic, [1, 2], key="bad")  # not an object: rejected
     results = {}
     for config in (one, two):  # the same input topics, read from the earliest offsets
         with running(config, spark) as service:
             got = wait_for_notifications(config, expected, timeout=120)
-            service.wait_for_events(len(events))
+            service.wait_for_events(len(events) + 1)
             reports = list(service.reports)
         results[config.shards] = got
+        # every event counted once, the bad one rejected once, whatever the shards
+        assert sum(r.events for r in reports) == len(events) + 1
+        assert sum(r.events_rejected for r in reports) == 1
+        (rejected,) = read_topic(config, config.rejected_topic, idle_ms=500)
+        assert rejected.key == b"bad"
     assert set(results[1]) == set(results[2]) == expected
     assert len(results[2]) == len(expected), "each match from exactly one shard"
     mine = [sum(shard_of(sid, 2) == s for sid in subs) for s in range(2)]
