@@ -11,6 +11,21 @@ from index.events import FlatEvent
 from index.language import Kind, Value
 
 
+def grown_capacity(needed: int, capacity: int) -> int:
+    """The capacity a full array grows to: at least half as large again.
+
+    Geometric growth keeps appends amortised O(1) (each entry is copied about twice);
+    1.5 rather than 2 leaves at most a third of the memory idle, so an index's size
+    follows what it holds (issue 9's churn bound compares it with a fresh build).
+    """
+    return max(needed, capacity + capacity // 2)
+
+
+SPARE_SHARE = 8
+"""A compacted array keeps 1/SPARE_SHARE of its length spare (the registry purges after
+removals of an eighth of the live conjuncts, whose replacements then fit)."""
+
+
 class GrowableArray:
     """A 1-d numpy array with amortised O(1) append, like a typed Python list.
 
@@ -42,7 +57,7 @@ class GrowableArray:
 
     def _reserve(self, needed: int) -> None:
         if needed > len(self._data):
-            grown = np.zeros(max(needed, 2 * len(self._data)), dtype=self._data.dtype)
+            grown = np.zeros(grown_capacity(needed, len(self._data)), dtype=self._data.dtype)
             grown[: self._size] = self._data[: self._size]
             self._data = grown
 
@@ -86,11 +101,13 @@ class GrowableArray:
         return self._data
 
     def replace(self, values: np.ndarray) -> None:
-        """Replace the contents with ``values`` (used by compaction)."""
+        """Replace the contents with ``values`` (used by compaction), with an eighth
+        spare: the adds that follow a purge fill it instead of growing the array by
+        half at once, so under churn the capacity follows the live entries."""
         self._pending = []
-        self._data = np.array(values, dtype=self._data.dtype, copy=True)
-        if len(self._data) == 0:
-            self._data = np.zeros(1, dtype=self._data.dtype)
+        self._data = np.zeros(len(values) + len(values) // SPARE_SHARE + 1,
+                              dtype=self._data.dtype)
+        self._data[: len(values)] = values
         self._size = len(values)
 
     @property

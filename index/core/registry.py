@@ -20,8 +20,10 @@ every indexed matcher files each conjunct under a dense integer *conjunct id*
   :meth:`ConjunctRegistry.reclaim`, which the pipeline calls once the matcher has
   purged every structure naming removed cids. The purge is due
   (:attr:`ConjunctRegistry.purge_due`) when the removed cids exceed
-  :data:`PURGE_MIN` and a quarter of the live ones, so a stale posting can never name
-  a new conjunct and purges cost amortised O(1) per removal;
+  :data:`PURGE_MIN` and an eighth of the live ones (:data:`PURGE_SHARE`), so a stale
+  posting can never name a new conjunct, what is dead stays within about a ninth of
+  every structure (issue 9: churn keeps memory near a fresh build), and purges cost
+  amortised O(1) per removal;
 * *memory accounting*: :attr:`ConjunctRegistry.nbytes`.
 """
 
@@ -36,8 +38,12 @@ from index.core.patterns import PatternIndex
 from index.events import FlatEvent
 from index.language import Conjunct, Pattern
 
-PURGE_MIN = 256
-"""Removed conjuncts that always wait for a bulk purge (beyond it, a quarter of the live)."""
+PURGE_MIN = 64
+"""Removed conjuncts that always wait for a bulk purge (beyond it, a share of the live)."""
+PURGE_SHARE = 8
+"""A purge is due once the removed conjuncts exceed 1/PURGE_SHARE of the live ones: a
+purge costs O(index), so it is amortised over live/8 removals, O(1) each, while the
+dead entries it drops stay below a ninth of the structures."""
 RESIDUAL_BYTES = 1024
 """Estimated bytes of a residual conjunct kept as Python objects."""
 
@@ -139,7 +145,7 @@ class ConjunctRegistry:
     @property
     def purge_due(self) -> bool:
         """Whether enough conjuncts were removed to purge the structures in bulk."""
-        return len(self._removed) > max(PURGE_MIN, self.live // 4)
+        return len(self._removed) > max(PURGE_MIN, self.live // PURGE_SHARE)
 
     def reclaim(self) -> None:
         """Make removed cids reusable; call once no structure refers to them."""

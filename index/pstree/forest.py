@@ -35,7 +35,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from index.core.columns import group_pairs
+from index.core.columns import group_pairs, grown_capacity
 from index.errors import PsmatchError
 from index.language import Kind, Value
 
@@ -65,7 +65,7 @@ def number_columns(values: Sequence[Value]) -> tuple[np.ndarray, np.ndarray]:
 
     Cost O(n); the ``lo`` column is computed only for ints beyond 2**53.
     """
-    hi = np.fromiter((float(v) for v in values), dtype=np.float64, count=len(values))
+    hi = np.fromiter(values, dtype=np.float64, count=len(values))  # float(v) each, in C
     lo = np.zeros(len(values), dtype=np.float64)
     big = np.flatnonzero(np.abs(hi) >= 2.0**53)
     for i in big:
@@ -74,17 +74,37 @@ def number_columns(values: Sequence[Value]) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(slots=True)
-class Split:
-    """A gap space ``sid`` that was cut by a new bound into ``sid`` and two new spaces.
+class Splits:
+    """Gap spaces cut by new bounds, as columns: gap ``sid[i]`` of tree ``tree[i]`` was
+    cut into itself and the two new spaces ``new_sids[i]`` (the new point and the part
+    right of it).
 
     The splits of one :meth:`Forest.add_bounds` all name gaps that existed before it
     (several new bounds in one gap give several splits of that gap), so a family can
-    copy every gap's entries to its new spaces in one batched lookup.
+    copy every gap's entries to its new spaces in one batched lookup. Columns rather
+    than an object per split: a bulk build of many new values makes hundreds of
+    thousands of splits, and objects would cost far more time and memory than the tree.
     """
 
-    tree: int
-    sid: int
-    new_sids: tuple[int, int]
+    tree: np.ndarray
+    sid: np.ndarray
+    new_sids: np.ndarray
+    """Shape ``(n, 2)``."""
+
+    def __len__(self) -> int:
+        return len(self.sid)
+
+    @staticmethod
+    def join(parts: Sequence[Splits]) -> Splits:
+        """The splits of several trees as one table. O(total)."""
+        if not parts:
+            return Splits(np.empty(0, dtype=np.int32), np.empty(0, dtype=np.int64),
+                          np.empty((0, 2), dtype=np.int64))
+        if len(parts) == 1:
+            return parts[0]
+        return Splits(np.concatenate([p.tree for p in parts]),
+                      np.concatenate([p.sid for p in parts]),
+                      np.concatenate([p.new_sids for p in parts]))
 
 
 @dataclass(slots=True)
@@ -103,7 +123,7 @@ class SpaceTable:
     signatures) may still name it, so it is reused only after :meth:`reclaim`, which
     the owner calls once those structures were purged of dead ids. Ids therefore stay
     below the live spaces plus those freed since the last purge, whatever the history.
-    ``alive`` tells live ids; the arrays grow by doubling.
+    ``alive`` tells live ids; the arrays grow geometrically (:func:`grown_capacity`).
     """
 
     def __init__(self) -> None:
@@ -125,12 +145,11 @@ class SpaceTable:
         fresh = n - len(reused)
         if self.size + fresh > len(self.tree):
             _check_capacity(self.size + fresh, "spaces")
-            grow = max(self.size + fresh, 2 * len(self.tree))
-            self.tree = np.resize(self.tree, grow)
-            self.predicate_counter = np.resize(self.predicate_counter, grow)
-            self.event_counter = np.resize(self.event_counter, grow)
-            self.alive = np.resize(self.alive, grow)
-            self.alive[self.size :] = False
+            grow = grown_capacity(self.size + fresh, len(self.tree))
+            self.tree = _grown(self.tree, grow)
+            self.predicate_counter = _grown(self.predicate_counter, grow)
+            self.event_counter = _grown(self.event_counter, grow)
+            self.alive = _grown(self.alive, grow)
         sids = np.concatenate([np.array(reused, dtype=np.int64),
                                np.arange(self.size, self.size + fresh)])
         self.size += fresh
@@ -167,6 +186,28 @@ class SpaceTable:
         assert self.live + len(idle) == self.size, "a space id is neither live nor freed"
 
 
+def _insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """``column`` with ``items[j]`` inserted before its entry ``at[j]`` (``at``
+    non-decreasing, equal ones keep the items' order). O(len + k); unlike ``np.insert``
+    no sort of ``at`` and no copy of it beside the one mask."""
+    k = len(items)
+    out = np.empty(len(column) + k, dtype=column.dtype)
+    slots = at + np.arange(k)
+    keep = np.ones(len(out), dtype=bool)
+    keep[slots] = False
+    out[slots] = items
+    out[keep] = column
+    return out
+
+
+def _grown(column: np.ndarray, size: int) -> np.ndarray:
+    """``column`` copied into a zeroed array of ``size`` entries (``np.resize`` would
+    fill the tail with repeated copies and may keep a larger buffer alive)."""
+    grown = np.zeros(size, dtype=column.dtype)
+    grown[: len(column)] = column
+    return grown
+
+
 def _check_capacity(size: int, what: str) -> None:
     if size >= MAX_IDS:
         raise PsmatchError(f"the index holds {size:,} {what}, the most its 32-bit ids "
@@ -191,8 +232,8 @@ class PSTree:
         self.hi = np.empty(0, dtype=np.float64)
         self.lo = np.empty(0, dtype=np.float64)
         self.keys = np.empty(0, dtype=object)
-        self.refs = np.empty(0, dtype=np.int64)
-        self.bound_ids = np.empty(0, dtype=np.int64)
+        self.refs = np.empty(0, dtype=np.int32)
+        self.bound_ids = np.empty(0, dtype=np.int32)
         self.space_ids = spaces.new(tree_id)
         self.total_events = 0
 
@@ -203,46 +244,60 @@ class PSTree:
     def _sort_key(self, value: Value) -> Value:
         return value if self.kind is Kind.STRING else split_number(value)  # type: ignore[arg-type]
 
-    def insert_bounds(self, values: list[Value], new_bound_ids: np.ndarray) -> list[Split]:
-        """Insert new bounds (distinct, absent, with no reference yet) in one sorted merge.
+    def insert_bounds(self, values: np.ndarray, below: np.ndarray,
+                      new_bound_ids: np.ndarray) -> Splits:
+        """Insert new bounds in one sorted merge: ``values`` (an object array) distinct,
+        absent and sorted, ``below[j]`` the number of present bounds below ``values[j]``.
 
         Each splits the open gap that holds it: the gap keeps its id and the new point
         and right spaces copy its counters, as one split after another would. Cost
-        O(m + k log k) for k new bounds, whatever k; no per-value array insert.
+        O(m + k) for k new bounds, whatever k; no per-value array insert.
         """
         k = len(values)
         if self.kind is Kind.STRING:
-            column = np.empty(k, dtype=object)
-            column[:] = values
-            order = np.argsort(column, kind="stable")
-            column = column[order]
-            below = np.searchsorted(self.keys, column, side="left")
-            self.keys = np.insert(self.keys, below, column)
+            self.keys = _insert_sorted(self.keys, below, values)
+        else:
+            hi, lo = number_columns(values)
+            self.hi = _insert_sorted(self.hi, below, hi)
+            self.lo = _insert_sorted(self.lo, below, lo)
+        if k <= 8:  # a few list inserts (C memmoves) beat rebuilding the list
+            for shift, (i, value) in enumerate(zip(below.tolist(), values, strict=True)):
+                self.values.insert(i + shift, value)
+        else:
+            present = np.empty(len(self.values), dtype=object)
+            present[:] = self.values
+            self.values = _insert_sorted(present, below, values).tolist()
+        self.refs = _insert_sorted(self.refs, below, np.zeros(k, dtype=self.refs.dtype))
+        self.bound_ids = _insert_sorted(self.bound_ids, below, new_bound_ids)
+        gaps = self.space_ids[2 * below]
+        new = self.spaces.new(self.tree_id, like=np.repeat(gaps, 2))
+        self.space_ids = _insert_sorted(self.space_ids, np.repeat(2 * below + 1, 2), new)
+        return Splits(np.full(k, self.tree_id, dtype=np.int32), gaps, new.reshape(k, 2))
+
+    def sorted_distinct(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct values of an object array (numbers equal as numbers, 1 == 1.0)
+        in value order: (the index of one occurrence of each, the rank of each value
+        among them). O(k log k) vectorised; a handful (a single add) is sorted in Python,
+        which compares ints and floats exactly, where numpy's fixed costs would dominate."""
+        if len(values) <= _BISECT_MAX:
+            listed = values.tolist()
+            distinct = sorted(set(listed))
+            return (np.array([listed.index(v) for v in distinct], dtype=np.int64),
+                    np.array([distinct.index(v) for v in listed], dtype=np.int64))
+        if self.kind is Kind.STRING:
+            order = np.argsort(values, kind="stable")
+            keys = values[order]
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = keys[1:] != keys[:-1]
         else:
             hi, lo = number_columns(values)
             order = np.lexsort((lo, hi))
             hi, lo = hi[order], lo[order]
-            below = self.locate([values[j] for j in order.tolist()]) // 2
-            self.hi = np.insert(self.hi, below, hi)
-            self.lo = np.insert(self.lo, below, lo)
-        ordered = [values[j] for j in order.tolist()]
-        if k <= 8:  # a few list inserts (C memmoves) beat rebuilding the list
-            for shift, (i, value) in enumerate(zip(below.tolist(), ordered, strict=True)):
-                self.values.insert(i + shift, value)
-        else:
-            merged = np.empty(len(self.values) + k, dtype=object)
-            rest = np.ones(len(merged), dtype=bool)
-            rest[below + np.arange(k)] = False
-            merged[~rest] = ordered
-            merged[rest] = self.values
-            self.values = merged.tolist()
-        self.refs = np.insert(self.refs, below, 0)
-        self.bound_ids = np.insert(self.bound_ids, below, new_bound_ids[order])
-        gaps = self.space_ids[2 * below]
-        new = self.spaces.new(self.tree_id, like=np.repeat(gaps, 2))
-        self.space_ids = np.insert(self.space_ids, np.repeat(2 * below + 1, 2), new)
-        return [Split(self.tree_id, g, (p, r)) for g, p, r in
-                zip(gaps.tolist(), new[0::2].tolist(), new[1::2].tolist(), strict=True)]
+            first = np.ones(len(order), dtype=bool)
+            first[1:] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.cumsum(first) - 1
+        return order[first], rank
 
     def bound_index(self, values: Sequence[Value]) -> np.ndarray:
         """Indices of values that are all bounds of this tree. Cost O(n log m)."""
@@ -378,9 +433,9 @@ class Forest:
         fresh = n - len(reused)
         if self._bound_count + fresh > len(self.bound_tree):
             _check_capacity(self._bound_count + fresh, "bounds")
-            grow = max(self._bound_count + fresh, 2 * len(self.bound_tree))
-            self.bound_tree = np.resize(self.bound_tree, grow)
-            self.bound_rank = np.resize(self.bound_rank, grow)
+            grow = grown_capacity(self._bound_count + fresh, len(self.bound_tree))
+            self.bound_tree = _grown(self.bound_tree, grow)
+            self.bound_rank = _grown(self.bound_rank, grow)
         bids = np.concatenate([np.array(reused, dtype=np.int64),
                                np.arange(self._bound_count, self._bound_count + fresh)])
         self._bound_count += fresh
@@ -390,24 +445,35 @@ class Forest:
     def _rerank(self, tree: PSTree) -> None:
         self.bound_rank[tree.bound_ids] = np.arange(len(tree.bound_ids), dtype=np.int32)
 
-    def add_bounds(self, tree: PSTree, values: list[Value]) -> tuple[np.ndarray, list[Split]]:
+    def add_bounds(self, tree: PSTree, values: Sequence[Value]) -> tuple[np.ndarray, Splits]:
         """Reference each of ``values`` once as a bound of ``tree``.
 
         The new distinct values are inserted first, all in one sorted merge
         (:meth:`PSTree.insert_bounds`), each splitting a gap. Returns the bound ids of
-        ``values`` and the splits. Cost O(n log m + m + new log new).
+        ``values`` and the splits. Cost O(n log n + m), vectorised: no Python object
+        per value or per split.
         """
-        positions = tree.locate(values)
-        new_at = np.flatnonzero(positions % 2 == 0)
-        splits: list[Split] = []
+        if not isinstance(values, np.ndarray):
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            values = column
+        index = tree.locate(values)
+        new_at = np.flatnonzero(index % 2 == 0)
+        index //= 2  # bound index of the present values, gap index of the new ones
+        splits = Splits.join([])
         if len(new_at):
-            new_values = _distinct([values[j] for j in new_at.tolist()], tree.kind)
-            bids = self._new_bound_ids(tree.tree_id, len(new_values))
-            splits = tree.insert_bounds(new_values, bids)
+            first, rank = tree.sorted_distinct(values[new_at])
+            first = new_at[first]
+            below = index[first]
+            bids = self._new_bound_ids(tree.tree_id, len(first))
+            splits = tree.insert_bounds(values[first], below, bids)
             self._rerank(tree)
             self.version += 1
-            positions = tree.locate(values)
-        index = positions // 2
+            # Where the values are now, without locating them again: a present bound
+            # moves right by the new ones inserted at or below it, and the r-th new
+            # value (in order) lands after its ``below`` bounds and the r new before it.
+            index += np.searchsorted(below, index, side="right")
+            index[new_at] = below[rank] + rank
         tree.refs += np.bincount(index, minlength=len(tree.refs))
         return tree.bound_ids[index], splits
 
@@ -535,16 +601,6 @@ class Forest:
         assert len(set(idle)) == len(idle) and not set(idle) & set(in_use), (
             "a released bound id is in use or listed twice")
         assert len(in_use) + len(idle) == self._bound_count, "a bound id is lost"
-
-
-def _distinct(values: list[Value], kind: Kind) -> list[Value]:
-    """The distinct values of one kind (numbers equal as numbers, 1 == 1.0), first kept."""
-    if kind is Kind.STRING:
-        return list(dict.fromkeys(values))
-    seen: dict[tuple[float, float], Value] = {}
-    for value, key in zip(values, zip(*number_columns(values), strict=True), strict=True):
-        seen.setdefault(key, value)
-    return list(seen.values())
 
 
 @dataclass(slots=True)

@@ -33,11 +33,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges, grown_capacity
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
-from index.pstree.forest import Split
+from index.pstree.forest import Splits
 from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
@@ -87,13 +87,13 @@ class PSTBloomMatcher(ForestMatcher):
     def _unfile_rows(self, cids: list[int]) -> None:
         self._removed_since_build += len(cids)
 
-    def _on_splits(self, splits: list[Split]) -> None:
+    def _on_splits(self, splits: Splits) -> None:
         """The new spaces of a batch's splits inherit their gap's lists and filter, all
         in one lookup (the gaps existed before the batch, so none is a new space)."""
-        if not splits:
+        if not len(splits):
             return
-        parents = np.array([split.sid for split in splits], dtype=np.int64)
-        new = np.array([split.new_sids for split in splits], dtype=np.int64)
+        parents = splits.sid
+        new = splits.new_sids
         owner, cids = self.lists.lookup(parents)
         self.lists.add(new[owner].ravel(), np.repeat(cids, 2))
         self._share_signatures(parents, new)
@@ -101,7 +101,7 @@ class PSTBloomMatcher(ForestMatcher):
     def _share_signatures(self, parents: np.ndarray, new: np.ndarray) -> None:
         need = int(new.max()) + 1
         if need > len(self.sig_bits):
-            grow = max(need, 2 * len(self.sig_bits), 64)
+            grow = grown_capacity(need, max(len(self.sig_bits), 64))
             self.sig_offset = np.concatenate(
                 [self.sig_offset, np.zeros(grow - len(self.sig_offset), np.int64)])
             self.sig_bits = np.concatenate(

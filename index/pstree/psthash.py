@@ -33,7 +33,7 @@ import numpy as np
 from index.core.columns import GrowableArray, expand_ranges
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
-from index.pstree.forest import Split
+from index.pstree.forest import Splits
 from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
@@ -113,15 +113,15 @@ class PSTHashMatcher(ForestMatcher):
                              self.store.pred_tree.data[start + 1])
         super()._purge()
 
-    def _on_splits(self, splits: list[Split]) -> None:
+    def _on_splits(self, splits: Splits) -> None:
         """The new spaces of a batch's splits inherit their gap's fallback entries and
         hash records; the gaps are looked up all at once (they existed before the
         batch, so none is a new space), then each hashed conjunct found is re-paired."""
-        if not splits:
+        if not len(splits):
             return
         store = self.store
-        parents = np.array([split.sid for split in splits], dtype=np.int64)
-        new_sids = np.array([split.new_sids for split in splits], dtype=np.int64)
+        parents = splits.sid
+        new_sids = splits.new_sids
         owner, fallback = self.fallback.lookup(parents)
         self.fallback.add(new_sids[owner].ravel(), np.repeat(fallback, 2))
         owner, cids = self.access.lookup(parents)
@@ -130,7 +130,7 @@ class PSTHashMatcher(ForestMatcher):
         for s, cid in sorted(set(pairs)):
             new = new_sids[s]
             first = store.predicate_row(cid, 0)
-            k_other = 1 if store.pred_tree.data[first] == splits[s].tree else 0
+            k_other = 1 if store.pred_tree.data[first] == splits.tree[s] else 0
             other = store.covered_sids(store.predicate_row(cid, k_other))
             keys = pair_key(np.repeat(new, len(other)), np.tile(other, len(new)))
             self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))

@@ -21,8 +21,8 @@ import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
 from index.core.registry import ConjunctRegistry
-from index.language import Conjunct, Interval, Predicate, Value
-from index.pstree.forest import UNBOUNDED_HI, Forest, Split
+from index.language import Conjunct, Interval, Predicate
+from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
 
 VERIFY_BLOCK = 1 << 16
 """Candidates verified together: small enough for their columns to stay in cache."""
@@ -90,9 +90,7 @@ class ConjunctStore:
         forest = self.forest
         tree_of = forest.tree_of
         p_conj, p_tree, p_rank, p_niv = [], [], [], []
-        i_lo: list[Value | None] = []
-        i_hi: list[Value | None] = []
-        i_lo_closed, i_hi_closed = [], []
+        intervals: list[Interval] = []
         for j, conjunct in enumerate(conjuncts):
             for predicate in conjunct.predicates:
                 tid = tree_of.get((predicate.attribute, predicate.kind))
@@ -103,24 +101,31 @@ class ConjunctStore:
                 p_tree.append(tid)
                 p_rank.append(rank * 1024 + min(width, 1023))
                 p_niv.append(len(predicate.intervals))
-                for interval in predicate.intervals:
-                    i_lo.append(interval.lo)
-                    i_hi.append(interval.hi)
-                    i_lo_closed.append(interval.lo_closed)
-                    i_hi_closed.append(interval.hi_closed)
+                intervals.extend(predicate.intervals)
+        # Columns at once, and the lists dropped before the bounds go in: a flood of
+        # long `not in` lists makes many intervals, and the lists cost 8 bytes a cell.
+        lo_closed = np.array([iv.lo_closed for iv in intervals], dtype=bool)
+        hi_closed = np.array([iv.hi_closed for iv in intervals], dtype=bool)
+        n = len(intervals)
+        ends = np.empty(2 * n, dtype=object)
+        ends[:n] = [iv.lo for iv in intervals]
+        ends[n:] = [iv.hi for iv in intervals]
+        del intervals
         pred_tree = np.array(p_tree, dtype=np.int64)
         pred_niv = np.array(p_niv, dtype=np.int64)
-        iv_pred = np.repeat(np.arange(len(p_tree)), pred_niv)
+        p_conj_column = np.array(p_conj, dtype=np.int64)
+        p_rank_column = np.array(p_rank, dtype=np.int64)
+        del p_conj, p_tree, p_rank, p_niv
+        iv_pred = np.repeat(np.arange(len(pred_tree)), pred_niv)
         iv_tree = pred_tree[iv_pred]
-        lo_bid, hi_bid, splits = self._reference_bounds(iv_tree, i_lo, i_hi)
-        lo_closed = np.array(i_lo_closed, dtype=bool)
-        hi_closed = np.array(i_hi_closed, dtype=bool)
+        lo_bid, hi_bid, splits = self._reference_bounds(iv_tree, ends)
+        del ends
         base, sizes, layout = forest.space_layout()
         lo, hi = self._positions(lo_bid, lo_closed, hi_bid, hi_closed)
         hi = np.minimum(hi, sizes[iv_tree] - 1)
-        fraction = self._event_fraction(iv_pred, iv_tree, lo, hi, len(p_tree), base)
-        cover = np.bincount(iv_pred, weights=hi - lo + 1, minlength=len(p_tree))
-        order = np.lexsort((cover, np.array(p_rank), fraction, np.array(p_conj)))
+        fraction = self._event_fraction(iv_pred, iv_tree, lo, hi, len(pred_tree), base)
+        cover = np.bincount(iv_pred, weights=hi - lo + 1, minlength=len(pred_tree))
+        order = np.lexsort((cover, p_rank_column, fraction, p_conj_column))
         # Rows are written in access order: predicates, then their intervals.
         iv_first = np.cumsum(pred_niv) - pred_niv
         _, iv_order = expand_ranges(iv_first[order], pred_niv[order])
@@ -141,16 +146,16 @@ class ConjunctStore:
         self.iv_hi_bid.extend(hi_bid[iv_order])
         self.iv_hi_closed.extend(hi_closed[iv_order])
         self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout)
-        counts = np.bincount(np.array(p_conj, dtype=np.int64), minlength=len(conjuncts))
+        counts = np.bincount(p_conj_column, minlength=len(conjuncts))
         starts = pred_base + np.cumsum(counts) - counts
         self.pred_start.put(cids, starts)
         self.pred_count.put(cids, counts)
         # Where each stored predicate's covered spaces are, for the matchers' filing.
-        rank_in_conj = np.arange(len(order)) - (starts - pred_base)[np.array(p_conj)[order]]
+        rank_in_conj = np.arange(len(order)) - (starts - pred_base)[p_conj_column[order]]
         return InsertedConjuncts(
             cids=cids,
             splits=splits,
-            pred_conj=np.array(p_conj, dtype=np.int64)[order],
+            pred_conj=p_conj_column[order],
             pred_k=rank_in_conj,
             pred_iv_first=np.cumsum(ordered_niv) - ordered_niv,
             pred_iv_count=ordered_niv,
@@ -179,29 +184,31 @@ class ConjunctStore:
         delta -= np.bincount(first + count, minlength=len(layout) + 1)
         counter[layout] += np.cumsum(delta[:-1]).astype(np.int32)
 
-    def _reference_bounds(self, iv_tree: np.ndarray, i_lo: list[Value | None],
-                          i_hi: list[Value | None]) -> tuple[np.ndarray, np.ndarray, list[Split]]:
-        """Reference every bounded interval end in its tree; bound ids (-1: unbounded)."""
+    def _reference_bounds(self, iv_tree: np.ndarray, ends: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, Splits]:
+        """Reference every bounded interval end in its tree: ``ends`` holds the
+        intervals' lower ends, then their upper ends (None: unbounded). Returns the
+        bound ids of both (-1: unbounded) and the splits."""
         forest = self.forest
-        n = len(i_lo)
-        ends = np.empty(2 * n, dtype=object)
-        ends[:n] = i_lo
-        ends[n:] = i_hi
-        end_tree = np.concatenate([iv_tree, iv_tree])
+        n = len(iv_tree)
         bounded = np.flatnonzero(ends != None)  # noqa: E711 - elementwise test on objects
+        end_tree = np.concatenate([iv_tree, iv_tree])[bounded]
+        if not len(bounded) or (end_tree == end_tree[0]).all():
+            groups = [bounded]  # one tree (a flood on one attribute): nothing to group
+        else:
+            order = np.argsort(end_tree, kind="stable")
+            groups = np.split(bounded[order], np.flatnonzero(np.diff(end_tree[order])) + 1)
+        del end_tree
         bids = np.full(2 * n, -1, dtype=np.int64)
-        splits: list[Split] = []
-        order = bounded[np.argsort(end_tree[bounded], kind="stable")]
-        trees_sorted = end_tree[order]
-        cuts = np.flatnonzero(np.diff(trees_sorted)) + 1
-        for group in np.split(order, cuts):
+        splits: list[Splits] = []
+        for group in groups:
             if not len(group):
                 continue
-            tree = forest.trees[int(end_tree[group[0]])]
-            group_bids, group_splits = forest.add_bounds(tree, ends[group].tolist())
+            tree = forest.trees[int(iv_tree[group[0] % n])]
+            group_bids, group_splits = forest.add_bounds(tree, ends[group])
             bids[group] = group_bids
-            splits.extend(group_splits)
-        return bids[:n], bids[n:], splits
+            splits.append(group_splits)
+        return bids[:n], bids[n:], Splits.join(splits)
 
     def _event_fraction(self, iv_pred: np.ndarray, iv_tree: np.ndarray, lo: np.ndarray,
                         hi: np.ndarray, n_preds: int, base: np.ndarray) -> np.ndarray:
@@ -240,13 +247,12 @@ class ConjunctStore:
                 self.iv_hi_closed)
 
     def compact(self) -> None:
-        """Drop the rows of removed conjuncts once they are a quarter of all rows (so
-        churn keeps the rows within 4/3 of the live ones). O(rows), amortised O(1) per
+        """Drop the rows of removed conjuncts. Called at each purge, which the registry
+        makes due after an eighth of the live conjuncts were removed: the dead rows stay
+        within about a ninth of the rows, and the O(rows) cost is amortised O(1) per
         removed row."""
-        if self.dead_rows > len(self.pred_tree) // 4:
-            self._compact_rows()
-
-    def _compact_rows(self) -> None:
+        if not self.dead_rows:
+            return
         cids = np.flatnonzero(self.registry.alive.view())
         pred_owner, pids = expand_ranges(self.pred_start.view()[cids],
                                          self.pred_count.view()[cids])
@@ -462,7 +468,7 @@ class InsertedConjuncts:
     """
 
     cids: np.ndarray
-    splits: list[Split]
+    splits: Splits
     pred_conj: np.ndarray
     pred_k: np.ndarray
     pred_iv_first: np.ndarray

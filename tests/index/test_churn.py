@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from index import MATCHERS, ExpressionError, make_matcher
-from index.core.registry import PURGE_MIN
+from index.core.registry import PURGE_MIN, PURGE_SHARE
 from index.language import parse_subscription
 from tests.index.strategies import events, expressions
 
@@ -47,12 +47,16 @@ def test_churn_memory_follows_the_live_subscriptions(name: str) -> None:
     fresh = make_matcher(name)
     fresh.add_many(texts.items())
     # Conjunct ids: the live ones plus those removed since the last purge.
-    assert len(matcher.registry) <= live + max(PURGE_MIN, live // 4) + 1
+    assert len(matcher.registry) <= live + max(PURGE_MIN, live // PURGE_SHARE) + 1
     if hasattr(matcher, "forest"):
         spaces = matcher.forest.spaces
         assert spaces.size <= 2 * fresh.forest.spaces.size, (spaces.size, spaces.live)
     churned, rebuilt = matcher.stats().estimated_bytes, fresh.stats().estimated_bytes
-    assert churned <= 1.5 * rebuilt, (churned, rebuilt)
+    # Issue 9 asks for 1.5 x; a purge after an eighth of the live conjuncts were removed,
+    # compaction at every purge and arrays grown by half (not doubled) give margin: the
+    # dead share stays near a ninth (it reached a third when the store compacted at a
+    # quarter and purges waited for 256 removals).
+    assert churned <= 4 / 3 * rebuilt, (churned / rebuilt)
 
 
 cycles = st.lists(st.tuples(st.integers(0, 7), expressions(4)), min_size=1, max_size=12)
