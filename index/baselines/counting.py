@@ -17,8 +17,8 @@ two predicates on one attribute; the count keeps that multiplicity because hits 
 
 Deletion (not in the paper): a removed conjunct's size becomes -1 so its count never
 completes; its predicates lose a reference (the last one takes the predicate out of
-phase 1 at the next build); its associations are purged in bulk once removals reach a
-quarter of the index.
+phase 1 at the next build); its associations are purged in bulk once removals reach an
+eighth of the index.
 
 Cost per event: phase 1 O(pairs x log n + satisfied predicates), then O(sum of the
 association lengths of the satisfied predicates) for the hits and their sort.

@@ -61,7 +61,7 @@ Deviations, and why:
   segments keep their signature over the operand (the operand's point-space id).
 * *Deletion*, which the paper leaves out: a removed conjunct is tombstoned (its entries
   stay in the lists and are dropped when counted) and the lists are rebuilt without the
-  dead entries once they exceed a quarter of the index, so a remove costs O(p) plus
+  dead entries once they exceed an eighth of the index, so a remove costs O(p) plus
   amortised O(log n) per entry; the conjunct's bounds leave the forest at once.
 * *Insertion*: new entries go to a small sorted *delta* run next to the *main* run and
   are merged into it once they exceed an eighth of it (amortised O(log n) per entry),

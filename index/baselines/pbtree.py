@@ -28,7 +28,7 @@ items of one conjunct, at most one of which can hit).
 
 Deletion (the paper: "the reverse procedure of insertion", details skipped): a removed
 conjunct's size becomes -1 so its count never completes, and its entries stay in the
-lists until removals reach a quarter of the index; then every list drops the entries
+lists until removals reach an eighth of the index; then every list drops the entries
 of dead conjuncts in one O(n) filter (amortised O(predicates) per removal).
 
 Cost per event pair: O(log n + L) with L the entries satisfied, as in the paper; then

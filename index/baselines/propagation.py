@@ -36,7 +36,7 @@ first unset bit. Residual conjuncts are verified after.
 
 Deletion (not in the paper, which removes a subscription from its cluster by id): a
 removed conjunct's predicates lose a reference at once and its row is filtered out
-of the answers until removals reach a quarter of the index, when every cluster table
+of the answers until removals reach an eighth of the index, when every cluster table
 drops the rows of dead conjuncts in one O(rows) filter.
 
 Cost per event: phase 1, then O(1) per satisfied pid and table, plus the column checks
