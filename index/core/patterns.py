@@ -20,6 +20,10 @@ that hold on it, touching only the patterns that share a short key with the valu
 
 Identical patterns on one attribute share an id (reference counted); freed ids are
 reused. Cost per value: O(length) key lookups plus one exact check per candidate.
+
+A conjunct's *access pattern* (:func:`access_pattern`) is the pattern a matcher may
+file it under: a necessary condition, so a conjunct whose access pattern does not hold
+on an event (:meth:`PatternIndex.holding_keys`) can be left out of its candidates.
 """
 
 from __future__ import annotations
@@ -29,20 +33,33 @@ from collections.abc import Sequence
 import numpy as np
 
 from index.events import FlatEvent
-from index.language import Pattern
+from index.language import Conjunct, Pattern
 
 GRAM = 3
 """Longest key a pattern is posted under (trigrams)."""
 PATTERN_BYTES = 200
 """Estimated bytes of one filed pattern: its text, its key and its posting entry."""
 
+PatternKey = tuple[str, str, str]
+"""A filed pattern as ``(attribute, form, text)``."""
+
+
+def access_pattern(conjunct: Conjunct) -> tuple[str, Pattern] | None:
+    """The first pattern of ``conjunct`` the pattern index can decide, with its attribute:
+    a necessary condition of the conjunct (its predicates all hold when it does)."""
+    for predicate in conjunct.predicates:
+        for pattern in predicate.patterns:
+            if PatternIndex.indexable(pattern):
+                return predicate.attribute, pattern
+    return None
+
 
 class PatternIndex:
     """Suffix and contains patterns per attribute, looked up by short keys."""
 
     def __init__(self) -> None:
-        self._id_of: dict[tuple[str, str, str], int] = {}  # (attribute, form, text) -> pid
-        self._key: list[tuple[str, str, str] | None] = []  # pid -> (attribute, form, text)
+        self._id_of: dict[PatternKey, int] = {}  # (attribute, form, text) -> pid
+        self._key: list[PatternKey | None] = []  # pid -> (attribute, form, text)
         self._post: list[str] = []  # pid -> the key it is posted under
         self._refs: list[int] = []
         self._free: list[int] = []
@@ -122,22 +139,33 @@ class PatternIndex:
                     found |= posted
         return found
 
+    def _holding_ids(self, event: FlatEvent) -> list[int]:
+        """The ids of the patterns that hold on ``event`` (an id once per attribute).
+        Cost: :meth:`candidates` of each string value on an attribute with patterns,
+        plus one exact check per candidate."""
+        attributes = {attribute for attribute, _ in self._postings}
+        found = []
+        for attribute, value in event.items():
+            if attribute not in attributes or not isinstance(value, str):
+                continue
+            for pid in self.candidates(attribute, value):
+                _, form, text = self._key[pid]  # type: ignore[misc]
+                if value.endswith(text) if form == "suffix" else text in value:
+                    found.append(pid)
+        return found
+
     def holding(self, events: Sequence[FlatEvent], rows: np.ndarray) -> np.ndarray:
         """Sorted keys ``event * len(ids) + pid`` of every (event, pattern) that holds,
-        for the events ``rows`` of ``events``. Cost: :meth:`candidates` of each string
-        value on an attribute with patterns, plus one exact check per candidate."""
+        for the events ``rows`` of ``events``; cost as :meth:`_holding_ids` per event."""
         width = self.width
-        attributes = {attribute for attribute, _ in self._postings}
-        keys: list[int] = []
-        for e in rows.tolist():
-            for attribute, value in events[e].items():
-                if attribute not in attributes or not isinstance(value, str):
-                    continue
-                for pid in self.candidates(attribute, value):
-                    _, form, text = self._key[pid]  # type: ignore[misc]
-                    if value.endswith(text) if form == "suffix" else text in value:
-                        keys.append(e * width + pid)
+        keys = [e * width + pid for e in rows.tolist() for pid in self._holding_ids(events[e])]
         return np.unique(np.array(keys, dtype=np.int64))
+
+    def holding_keys(self, event: FlatEvent) -> set[PatternKey]:
+        """The ``(attribute, form, text)`` of every pattern that holds on ``event``; cost
+        as :meth:`_holding_ids`."""
+        key = self._key
+        return {key[pid] for pid in self._holding_ids(event)}  # type: ignore[misc]
 
     @property
     def width(self) -> int:

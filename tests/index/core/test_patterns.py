@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from index import MATCHERS, make_matcher
-from index.core.patterns import PatternIndex
-from index.language import Conjunct, Pattern
+from index.core.patterns import PatternIndex, access_pattern
+from index.language import Conjunct, Pattern, parse_subscription
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
 LETTERS = "abcde"
@@ -38,6 +38,32 @@ def test_holding_is_exactly_the_patterns_that_hold() -> None:
                 for pid, pattern in zip(pids, patterns, strict=True)
                 if pattern.test(event[attributes[pid]])}
     assert found == expected
+
+
+def test_holding_keys_name_the_patterns_that_hold_on_one_event() -> None:
+    rng = random.Random(5)
+    index = PatternIndex()
+    filed = [(rng.choice("st"), Pattern(rng.choice(["suffix", "contains"]), _word(rng, 1, 4),
+                                        False)) for _ in range(300)]
+    for attribute, pattern in filed:
+        index.acquire(attribute, pattern)
+    for _ in range(40):
+        event = {"s": _word(rng, 0, 10), "t": _word(rng, 0, 10), "u": 3}
+        assert index.holding_keys(event) == {
+            (attribute, p.form, p.text) for attribute, p in filed if p.test(event[attribute])}
+
+
+def test_the_access_pattern_is_the_first_positive_suffix_or_contains() -> None:
+    def access(text: str) -> tuple[str, Pattern] | None:
+        (conjunct,) = parse_subscription(text).conjuncts
+        return access_pattern(conjunct)
+
+    assert access("a = 1 and s like 'ab%'") is None  # a prefix is an interval
+    assert access("s not like '%ab%'") is None
+    assert access("s like '%'") is None
+    assert access("n > 1 and s not like '%x' and s like '%abc%'") == (
+        "s", Pattern("contains", "abc", False))
+    assert access("t like '%yz'") == ("t", Pattern("suffix", "yz", False))
 
 
 def test_a_value_checks_only_patterns_sharing_a_key() -> None:
