@@ -81,7 +81,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
-from itertools import chain, pairwise
+from itertools import chain
 
 import numpy as np
 
@@ -326,39 +326,29 @@ class BETreeMatcher(ForestMatcher):
     def _place(self, nodes: list[CNode], at: np.ndarray, members: np.ndarray,
                rows: HullRows) -> None:
         """Put ``members`` (indices into ``rows.cids``) into the l-nodes ``nodes[at]``.
-        O(members + their predicates), with one Python step per member."""
-        if not len(members):
-            return
-        order = np.argsort(at, kind="stable")
-        at, members = at[order], members[order]
+        O(members + their predicates): a dict or set step each (numpy's fixed cost per
+        call would dominate the many small groups of a deep tree)."""
         cids = rows.cids[members].tolist()
         targets = [nodes[i] for i in at.tolist()]
         self._node_of.update(zip(cids, targets, strict=True))
         gate_of = self._gate_of
-        bounds = np.flatnonzero(np.diff(at, prepend=-1, append=len(nodes) + 1)).tolist()
-        for a, b in pairwise(bounds):
-            node = targets[a]
-            node.size += b - a
-            if not gate_of:
-                node.lnode.update(cids[a:b])
-                continue
-            for cid in cids[a:b]:
+        if len(nodes) == 1 and not gate_of:
+            nodes[0].lnode.update(cids)
+            nodes[0].size += len(cids)
+        else:
+            for cid, node in zip(cids, targets, strict=True):
                 gate = gate_of.get(cid)
                 if gate is None:
                     node.lnode.add(cid)
                 else:
                     node.gates = node.gates or {}
                     node.gates.setdefault(gate, set()).add(cid)
-        # attrs: count the members' predicates per (node, tree)
-        owner_node = np.empty(len(rows.cids), np.int64)
-        owner_node[members] = at
+                node.size += 1
         _, pred = expand_ranges(rows.first[members], rows.count[members])
-        width = int(rows.tree.max(initial=0)) + 1
-        keys, counts = np.unique(owner_node[rows.owner[pred]] * width + rows.tree[pred],
-                                 return_counts=True)
-        for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
-            attrs = nodes[key // width].attrs
-            attrs[key % width] = attrs.get(key % width, 0) + count
+        for i, tree in zip(np.repeat(at, rows.count[members]).tolist(),
+                           rows.tree[pred].tolist(), strict=True):
+            attrs = nodes[i].attrs
+            attrs[tree] = attrs.get(tree, 0) + 1
 
     def _put(self, cid: int, node: CNode, trees: list[int]) -> None:
         gate = self._gate_of.get(cid)
@@ -391,22 +381,24 @@ class BETreeMatcher(ForestMatcher):
                 del node.attrs[tree]
 
     def _take_many(self, node: CNode, members: np.ndarray, rows: HullRows) -> None:
-        """Take ``members`` (indices into ``rows.cids``) out of ``node``'s l-node."""
+        """Take ``members`` (indices into ``rows.cids``) out of ``node``'s l-node.
+        O(members + their predicates)."""
         cids = rows.cids[members].tolist()
+        _, pred = expand_ranges(rows.first[members], rows.count[members])
+        trees = rows.tree[pred].tolist()
         if node.gates:
             for cid in cids:
                 self._take(cid, node, [])
         else:
             node.lnode.difference_update(cids)
             node.size -= len(cids)
-        _, pred = expand_ranges(rows.first[members], rows.count[members])
-        trees, counts = np.unique(rows.tree[pred], return_counts=True)
-        for tree, count in zip(trees.tolist(), counts.tolist(), strict=True):
-            left = node.attrs[tree] - count
+        attrs = node.attrs
+        for tree in trees:
+            left = attrs[tree] - 1
             if left:
-                node.attrs[tree] = left
+                attrs[tree] = left
             else:
-                del node.attrs[tree]
+                del attrs[tree]
 
     def _settle(self, start: list[CNode]) -> None:
         """The two-phase space cutting (Alg. 5 and 6) until no l-node overflows."""
