@@ -13,9 +13,8 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
    (:func:`streaming.worker.match_batches`), every task at that version; they are never
    collected to the driver. With ``shards`` > 1 (:mod:`streaming.shards`) each event is
    first paired with every shard id (:func:`by_shard`) and the pairs are partitioned by
-   shard id, so task i matches every event
-   against the index of shard i alone; the notifications are the union. With one shard
-   the plan has no join and no shuffle.
+   shard id, so task i matches every event against the index of shard i alone; the
+   notifications are the union. With one shard the plan has no product and no shuffle.
 4. Notifications and rejected records are written with Spark's Kafka sink.
 
 Per batch, one log line tells what happened and where the time went, and one WARNING
