@@ -64,9 +64,7 @@ class MultiMap:
         if self._delta_sorted is None:
             keys = self._delta_keys.view()
             order = np.argsort(keys, kind="stable")
-            sorted_keys = keys[order]
-            unique, first = np.unique(sorted_keys, return_index=True)
-            offsets = np.append(first, len(sorted_keys)).astype(np.int64)
+            unique, offsets = _runs(keys[order])
             self._delta_sorted = (unique, offsets, self._delta_values.view()[order])
         owner_delta, values_delta = _csr_lookup(*self._delta_sorted, queries)
         return (np.concatenate([owner_main, owner_delta]),
@@ -93,13 +91,18 @@ class MultiMap:
             keys, values = keys[mask], values[mask]
         order = np.argsort(keys, kind="stable")
         keys, values = keys[order], values[order]
-        unique, first = np.unique(keys, return_index=True)
-        self._keys = unique
-        self._offsets = np.append(first, len(keys)).astype(np.int64)
+        self._keys, self._offsets = _runs(keys)
         self._values = values.astype(np.int32, copy=False)
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
         self._delta_sorted = None
+
+
+def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys of a sorted column and the CSR offsets of their runs (one
+    pass; ``np.unique`` would sort the sorted column again)."""
+    starts = np.flatnonzero(np.diff(sorted_keys, prepend=sorted_keys[:1] - 1))
+    return sorted_keys[starts], np.append(starts, len(sorted_keys)).astype(np.int64)
 
 
 def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,

@@ -63,11 +63,13 @@ def split_number(value: int | float) -> tuple[float, float]:
 def number_columns(values: Sequence[Value]) -> tuple[np.ndarray, np.ndarray]:
     """Double-double columns of a sequence of numbers (or booleans, as 0 and 1).
 
-    Cost O(n); the ``lo`` column is computed only for ints beyond 2**53.
+    Cost O(n); the ``lo`` column is computed in Python only for ints beyond 2**53 (and
+    for a handful of values, where it is cheaper than finding those).
     """
     hi = np.fromiter(values, dtype=np.float64, count=len(values))  # float(v) each, in C
     lo = np.zeros(len(values), dtype=np.float64)
-    big = np.flatnonzero(np.abs(hi) >= 2.0**53)
+    big = (range(len(values)) if len(values) <= _BISECT_MAX  # numpy's fixed costs dominate
+           else np.flatnonzero(np.abs(hi) >= 2.0**53).tolist())
     for i in big:
         lo[i] = split_number(values[i])[1]
     return hi, lo
@@ -191,6 +193,13 @@ def _insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.
     non-decreasing, equal ones keep the items' order). O(len + k); unlike ``np.insert``
     no sort of ``at`` and no copy of it beside the one mask."""
     k = len(items)
+    if k <= _BISECT_MAX:  # a single add: a few slices, one concatenate
+        pieces, previous = [], 0
+        for j, i in enumerate(at.tolist()):
+            pieces += (column[previous:i], items[j : j + 1])
+            previous = i
+        pieces.append(column[previous:])
+        return np.concatenate(pieces).astype(column.dtype, copy=False)
     out = np.empty(len(column) + k, dtype=column.dtype)
     slots = at + np.arange(k)
     keep = np.ones(len(out), dtype=bool)

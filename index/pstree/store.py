@@ -212,7 +212,10 @@ class ConjunctStore:
 
     def _event_fraction(self, iv_pred: np.ndarray, iv_tree: np.ndarray, lo: np.ndarray,
                         hi: np.ndarray, n_preds: int, base: np.ndarray) -> np.ndarray:
-        """Share of each predicate's tree's past events that fell in its spaces."""
+        """Share of each predicate's tree's past events that fell in its spaces (zero
+        before any event, without building the history)."""
+        if not self.forest.event_version:
+            return np.zeros(n_preds)
         totals, cumulative = self.forest.event_history()
         if not totals.any():
             return np.zeros(n_preds)
