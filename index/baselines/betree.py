@@ -97,6 +97,9 @@ MAX_CAP = 5
 """``max_cap``: the paper's leaf capacity for matching probabilities below 1% (Table 4)."""
 MIN_SIZE = 3
 """``min_size``: conjuncts that must share an attribute for it to partition an l-node."""
+SMALL_BATCH = 8
+"""Batches up to this size are filed one conjunct at a time (numpy's fixed cost per call
+exceeds a Python walk's for a handful of conjuncts)."""
 
 Cut = tuple
 """A bucket bound: ``(0,)`` below everything, ``(2,)`` above everything, ``(1, v, 0)``
@@ -261,8 +264,14 @@ class BETreeMatcher(ForestMatcher):
         highest score among its attributes (scores as they were before the batch), and
         in each c-directory the smallest existing bucket enclosing its hull; a group is
         split with numpy at each node it passes. Cost O(nodes visited) in Python plus
-        O(predicates x depth) vectorised, plus the space cutting.
+        O(predicates x depth) vectorised, plus the space cutting. A batch of at most
+        :data:`SMALL_BATCH` conjuncts (single adds) walks one conjunct at a time in
+        Python instead, where numpy's fixed cost per call would dominate.
         """
+        if len(inserted.cids) <= SMALL_BATCH:
+            placed = [self._walk(cid) for cid in inserted.cids.tolist()]
+            self._settle(placed)
+            return
         rows = self._hull_rows(inserted.cids.astype(np.int64))
         work = [(self.root, np.arange(len(rows.cids)))]
         placed: list[CNode] = []
@@ -279,6 +288,25 @@ class BETreeMatcher(ForestMatcher):
                 pnode.score += len(members)
                 work.extend(self._descend_cdir(pnode, members, rows))
         self._settle(placed)
+
+    def _walk(self, cid: int) -> CNode:
+        """InsertBETree / InsertCDir for one conjunct: down one path, choosing at each
+        c-node the p-node of highest score, into the smallest enclosing bucket; puts the
+        conjunct there and returns that c-node. O(depth + predicates) in Python."""
+        hulls = self._hulls(cid)
+        node = self.root
+        while True:
+            best: PNode | None = None
+            for tree in hulls:
+                pnode = node.pdir.get(tree)
+                if pnode is not None and (best is None or pnode.score > best.score):
+                    best = pnode
+            if best is None:
+                break
+            best.score += 1
+            node = _home(best.root, hulls[best.tree])
+        self._put(cid, node, list(hulls))
+        return node
 
     def _choose(self, node: CNode, group: np.ndarray, rows: HullRows) -> np.ndarray:
         """Per conjunct of ``group`` at ``node``: the tree of its p-node of highest score
@@ -392,6 +420,10 @@ class BETreeMatcher(ForestMatcher):
         else:
             node.lnode.difference_update(cids)
             node.size -= len(cids)
+        if len(cids) > len(node.lnode):
+            # A set keeps its table after removals and iterating it walks the whole
+            # table: rebuild it at the size it holds (O(what is left) < O(what left)).
+            node.lnode = set(node.lnode)
         attrs = node.attrs
         for tree in trees:
             left = attrs[tree] - 1
@@ -665,6 +697,18 @@ class BETreeMatcher(ForestMatcher):
             assert node.lo < left.hi < node.hi, "split point outside the bucket"
             total += self._check_node(left) + self._check_node(right)
         return total
+
+
+def _home(bucket: CNode, hull: Hull) -> CNode:
+    """InsertCDir: the smallest existing bucket under ``bucket`` enclosing ``hull``."""
+    while bucket.left is not None:
+        if bucket.left.encloses(hull):
+            bucket = bucket.left
+        elif bucket.right.encloses(hull):  # type: ignore[union-attr]
+            bucket = bucket.right  # type: ignore[assignment]
+        else:
+            break
+    return bucket
 
 
 def _middle(lo: float, hi: float) -> int | None:
