@@ -34,9 +34,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from index.core.columns import GrowableArray
-from index.core.patterns import PatternIndex
+from index.core.patterns import PatternIndex, access_pattern
 from index.events import FlatEvent
-from index.language import Conjunct, Pattern
+from index.language import Conjunct
 
 PURGE_MIN = 64
 """Removed conjuncts that always wait for a bulk purge (beyond it, a share of the live)."""
@@ -115,7 +115,7 @@ class ConjunctRegistry:
         self.residual.data[cids] = True
         for cid, conjunct in zip(cids.tolist(), conjuncts, strict=True):
             self.residual_conjuncts[cid] = conjunct
-            access = _access_pattern(conjunct)
+            access = access_pattern(conjunct)
             if access is not None:
                 self.access_pattern.data[cid] = self.patterns.acquire(*access)
 
@@ -219,17 +219,8 @@ class ConjunctRegistry:
         for cid in range(len(self)):
             conjunct = self.residual_conjuncts.get(cid)
             assert (access[cid] >= 0) == (conjunct is not None
-                                          and _access_pattern(conjunct) is not None)
+                                          and access_pattern(conjunct) is not None)
             if access[cid] >= 0:
                 expected[int(access[cid])] = expected.get(int(access[cid]), 0) + 1
         self.patterns.check(expected)
 
-
-def _access_pattern(conjunct: Conjunct) -> tuple[str, Pattern] | None:
-    """The first pattern of ``conjunct`` the pattern index can decide, with its attribute:
-    a necessary condition of the conjunct (its predicates all hold when it does)."""
-    for predicate in conjunct.predicates:
-        for pattern in predicate.patterns:
-            if PatternIndex.indexable(pattern):
-                return predicate.attribute, pattern
-    return None
