@@ -23,7 +23,8 @@ applied to groups rather than one conjunct at a time (issue 9: 100,000 ``a = i``
 100,000 walks and 25,000 one-bucket splits re-reading every moved conjunct): the batch
 walks down together, split with numpy at each node by the scores the p-nodes had
 before the batch, and an overflowing bucket is clustered level by level down to
-buckets that fit, its conjuncts placed once at the end. A single add is a batch of one.
+buckets that fit, its conjuncts placed once at the end. Batches of a few conjuncts
+(single adds) walk one at a time, as the paper does.
 *Space partitioning* (Alg. 5) repeatedly takes the most frequent unused
 attribute of the l-node's conjuncts that at least ``MIN_SIZE`` of them share, creates
 its p-node and moves them; when no attribute is eligible the l-node's capacity grows
@@ -63,7 +64,10 @@ Deletion, which the paper leaves out ("conceptually similar to matching"): the c
 leaves its l-node (each conjunct records its c-node), p-node scores on its path drop,
 the l-node capacity is re-evaluated, a pair of leaf buckets whose conjuncts fit in half
 of their open parent's capacity folds back into it (the merge rule), and an empty
-p-node's c-directory is removed, propagating upward.
+p-node's c-directory is removed, propagating upward. Each bucket on the way up first
+tries to fold its own children: they may have emptied while a p-directory below the
+bucket kept them apart, and would otherwise stay (churn left such empty buckets behind:
+1.57 x a fresh build's bytes after 15,000 replacements at 1,000 live).
 
 The walk is a Python loop per event (the nature of the structure); the leaf scans are
 vectorised: all (event, conjunct) candidates of a batch are checked together, predicate
