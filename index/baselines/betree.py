@@ -62,8 +62,8 @@ it next overflows.
 
 Deletion, which the paper leaves out ("conceptually similar to matching"): the conjunct
 leaves its l-node (each conjunct records its c-node), p-node scores on its path drop,
-the l-node capacity is re-evaluated, a pair of leaf buckets whose conjuncts fit in half
-of their open parent's capacity folds back into it (the merge rule), and an empty
+the l-node capacity is re-evaluated, a pair of leaf buckets whose conjuncts, with their
+open parent's, are fewer than its capacity folds back into it (the merge rule), and an empty
 p-node's c-directory is removed, propagating upward. Each bucket on the way up first
 tries to fold its own children: they may have emptied while a p-directory below the
 bucket kept them apart, and would otherwise stay (churn left such empty buckets behind:
@@ -560,15 +560,18 @@ class BETreeMatcher(ForestMatcher):
             node = parent
 
     def _fold(self, bucket: CNode) -> bool:
-        """The merge rule: two leaf buckets without p-directories whose conjuncts fit in
-        half of their parent's capacity move back into it, if it has no p-directory
-        either. Returns whether ``bucket`` is a leaf now. O(conjuncts moved)."""
+        """The merge rule: two leaf buckets without p-directories whose conjuncts, with
+        their parent's, number less than its capacity move back into it, if it has no
+        p-directory either (two below the split at capacity + 1, so a bucket does not
+        split and fold by turns; half the capacity left churned trees 1.5 x the
+        c-nodes of a fresh build). Returns whether ``bucket`` is a leaf now.
+        O(conjuncts moved)."""
         left, right = bucket.left, bucket.right
         if left is None or right is None:
             return True
         if bucket.pdir or any(c.left is not None or c.pdir for c in (left, right)):
             return False
-        if bucket.size + left.size + right.size > bucket.capacity // 2:
+        if bucket.size + left.size + right.size >= bucket.capacity:
             return False
         for child in (left, right):
             for cid in child.members():
