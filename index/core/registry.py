@@ -79,25 +79,32 @@ class ConjunctRegistry:
         n = len(conjuncts)
         reused = self._free[-n:][::-1] if n <= len(self._free) else self._free[::-1]
         del self._free[len(self._free) - len(reused):]
-        cids = np.concatenate([np.array(reused, dtype=np.int64),
-                               np.arange(len(self), len(self) + n - len(reused))])
-        slot_column = np.asarray(slots, dtype=np.int64)
-        sizes = np.fromiter((len(c.predicates) for c in conjuncts), dtype=np.int64, count=n)
-        for column, values in ((self.slot, slot_column), (self.alive, np.ones(n, dtype=bool)),
-                               (self.predicates, sizes), (self.residual, np.zeros(n, bool)),
-                               (self.access_pattern, np.full(n, -1, np.int32))):
-            column.put(cids, values)
+        start = len(self)
+        end = start + n - len(reused)
+        cids = np.array(reused + list(range(start, end)), dtype=np.int64)
+        sizes = [len(c.predicates) for c in conjuncts]
+        # new cids take their constant columns from the fill and only reused ones are
+        # reset: a single add costs a few slice fills, not numpy calls for every column
+        for column, fill in ((self.slot, 0), (self.alive, True), (self.predicates, 0),
+                             (self.residual, False), (self.access_pattern, -1)):
+            column.grow_to(end, fill)
+        if reused:
+            self.alive.data[reused] = True
+            self.residual.data[reused] = False
+            self.access_pattern.data[reused] = -1
+        self.slot.data[cids] = slots
+        self.predicates.data[cids] = sizes
         self.live += n
-        self.live_predicates += int(sizes.sum())
-        self._link(slot_column, cids)
+        self.live_predicates += sum(sizes)
+        self._link(slots, cids)
         return cids
 
-    def _link(self, slots: np.ndarray, cids: np.ndarray) -> None:
+    def _link(self, slots: Sequence[int], cids: np.ndarray) -> None:
         """Put each new conjunct at the front of its subscription's list."""
-        self.first_cid.grow_to(int(slots.max()) + 1, fill=-1)
+        self.first_cid.grow_to(max(slots) + 1, fill=-1)
         self.next_cid.grow_to(len(self), fill=-1)
         first, nxt = self.first_cid.data, self.next_cid.data
-        for cid, slot in zip(cids[::-1].tolist(), slots[::-1].tolist(), strict=True):
+        for cid, slot in zip(reversed(cids.tolist()), reversed(slots), strict=True):
             nxt[cid] = first[slot]
             first[slot] = cid
 
