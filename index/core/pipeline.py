@@ -13,10 +13,13 @@ all indexes (every matcher but the reference ``scan``):
 * **match**, for a batch of validated flat events: the family prepares the batch once
   (:meth:`IndexedMatcher._begin`, e.g. locating every pair in the PS-Trees), then per
   *chunk* of events: *candidates* (the family's lookup,
-  :meth:`IndexedMatcher._candidates`), *verify* (the exact check of predicates the
-  lookup did not decide, :meth:`IndexedMatcher._verify`), the *residual check* of
-  conjuncts no index decides (:meth:`index.core.registry.ConjunctRegistry.keep_satisfied`),
-  and finally *group by event* (:func:`index.core.columns.group_by_event`).
+  :meth:`IndexedMatcher._candidates`), less those whose access pattern fails
+  (:meth:`index.core.registry.ConjunctRegistry.access_holds`, before anything is
+  verified: a family's lookup hands over every conjunct with a pattern), *verify* (the
+  exact check of predicates the lookup did not decide, :meth:`IndexedMatcher._verify`),
+  the *residual check* of conjuncts no index decides
+  (:meth:`index.core.registry.ConjunctRegistry.keep_satisfied`), and finally *group by event*
+  (:func:`index.core.columns.group_by_event`).
 
 Chunks keep a batch's intermediate columns bounded: a chunk is sized so that its work
 (hits, candidates, counter cells: what the family reports) stays near
@@ -108,6 +111,10 @@ class IndexedMatcher(Matcher):
             last = self._chunk_end(batch, first)
             found = self._candidates(batch, first, last)
             self._work_per_event = max(found.work / (last - first), 1.0)
+            keep = self.registry.access_holds(found.events, found.cids, events[first:last])
+            if keep is not None:
+                found = Candidates(found.events[keep], found.cids[keep], found.work,
+                                   None if found.checked is None else found.checked[keep])
             e, c = (found.events, found.cids) if found.checked is None else (
                 self._verify(batch, first, last, found))
             e, c = self.registry.keep_satisfied(e, c, events[first:last])

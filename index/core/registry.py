@@ -15,7 +15,8 @@ every indexed matcher files each conjunct under a dense integer *conjunct id*
   kept as objects, and finished by :meth:`ConjunctRegistry.keep_satisfied`. A residual
   conjunct with a positive suffix or contains pattern files it (its *access pattern*)
   in the :class:`index.core.patterns.PatternIndex`, so that candidates whose pattern
-  fails are dropped in bulk and only the others are evaluated in Python;
+  fails are dropped in bulk (:meth:`ConjunctRegistry.access_holds`, before the family
+  verifies them) and only the others are evaluated in Python;
 * the *reclaim policy*: a removed cid is dead at once but becomes reusable only after
   :meth:`ConjunctRegistry.reclaim`, which the pipeline calls once the matcher has
   purged every structure naming removed cids. The purge is due
@@ -161,31 +162,43 @@ class ConjunctRegistry:
 
     # -- matching ----------------------------------------------------------------------
 
+    def access_holds(self, events: np.ndarray, cids: np.ndarray,
+                     flat_events: Sequence[FlatEvent]) -> np.ndarray | None:
+        """The mask of the (event, conjunct) pairs whose access pattern holds on the event
+        (or that have none), ``None`` when every pair passes. The pipeline drops the
+        others before verifying anything: a contains or suffix pattern is a necessary
+        condition its family's lookup cannot test. The pattern index finds the patterns
+        holding on the events with such pairs, and a sorted search tests the pairs
+        against them. Cost O(pairs) vectorised, plus the pattern lookups of those events.
+        """
+        check = np.flatnonzero(self.residual.data[cids])
+        if not len(check):
+            return None
+        pids = self.access_pattern.data[cids[check]].astype(np.int64)
+        indexed = np.flatnonzero(pids >= 0)
+        if not len(indexed):
+            return None
+        pair_events = events[check[indexed]]
+        # the events present, in order, by counting rather than sorting every pair
+        rows = np.flatnonzero(np.bincount(pair_events, minlength=len(flat_events)))
+        holding = self.patterns.holding(flat_events, rows)
+        wanted = pair_events * self.patterns.width + pids[indexed]
+        at = np.minimum(np.searchsorted(holding, wanted), max(len(holding) - 1, 0))
+        holds = (holding[at] == wanted) if len(holding) else np.zeros(len(wanted), bool)
+        keep = np.ones(len(cids), dtype=bool)
+        keep[check[indexed[~holds]]] = False
+        return keep
+
     def keep_satisfied(self, events: np.ndarray, cids: np.ndarray,
                        flat_events: Sequence[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
-        """The (event, conjunct) pairs that hold, finishing residual conjuncts in Python.
-
-        Pairs of other conjuncts are kept as they are (the index decided them). A pair
-        whose access pattern fails on the event is dropped in bulk: the pattern index
-        finds the patterns holding on the chunk's events, and a sorted search tests the
-        pairs against them. Cost O(pairs) vectorised, plus the pattern lookups of the
-        events with residual pairs, plus one ``Conjunct.evaluate`` per residual pair
-        whose access pattern holds (or that has none).
-        """
+        """The (event, conjunct) pairs that hold, finishing residual conjuncts in Python:
+        pairs of other conjuncts are kept as they are (the index decided them). Cost
+        O(pairs) vectorised plus one ``Conjunct.evaluate`` per residual pair (after
+        :meth:`access_holds`, those whose access pattern holds, or that have none)."""
         check = np.flatnonzero(self.residual.data[cids])
         if not len(check):
             return events, cids
         keep = np.ones(len(cids), dtype=bool)
-        pids = self.access_pattern.data[cids[check]].astype(np.int64)
-        indexed = np.flatnonzero(pids >= 0)
-        if len(indexed):
-            pair_events = events[check[indexed]]
-            holding = self.patterns.holding(flat_events, np.unique(pair_events))
-            wanted = pair_events * self.patterns.width + pids[indexed]
-            at = np.minimum(np.searchsorted(holding, wanted), max(len(holding) - 1, 0))
-            holds = (holding[at] == wanted) if len(holding) else np.zeros(len(wanted), bool)
-            keep[check[indexed[~holds]]] = False
-            check = check[keep[check]]
         conjunct_of = self.residual_conjuncts.__getitem__
         for i in check.tolist():
             keep[i] = conjunct_of(int(cids[i])).evaluate(flat_events[int(events[i])])

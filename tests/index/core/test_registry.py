@@ -46,6 +46,9 @@ def test_residual_conjuncts_are_finished_by_evaluation():
     r.check([0, 1])
     events = np.array([0, 0, 1, 1])
     pairs = np.array([cids[0], cids[1], cids[0], cids[1]])
+    # "x" does not occur in "abc": that pair is dropped before anything is verified
+    keep = r.access_holds(events, pairs, [{"s": "axe"}, {"s": "abc"}])
+    assert keep is not None and keep.tolist() == [True, True, False, True]
     kept_e, kept_c = r.keep_satisfied(events, pairs, [{"s": "axe"}, {"s": "abc"}])
     # the index decided the second conjunct; the first holds only where "x" occurs
     assert list(zip(kept_e.tolist(), kept_c.tolist(), strict=True)) == [

@@ -1,0 +1,136 @@
+"""Single adds and matches counted in instructions under callgrind, across git revisions.
+
+Wall and CPU times of one add (about a millisecond) move by half between runs on a
+shared machine; the instructions a revision executes for the same work do not (hash
+randomisation is fixed with ``PYTHONHASHSEED=0``). For each revision and matcher this
+script checks the revision out in a temporary git worktree and runs, under
+``valgrind --tool=callgrind`` with instrumentation switched on only around the measured
+steps:
+
+1. ``add_many`` of ``--subscriptions`` BE-Gen subscriptions (pre-parsed), two warm-up
+   ``match_batch`` calls of ``--events`` events (not counted);
+2. ``match_batch`` of those events (counted: *match*);
+3. ``--adds`` single ``add`` calls of new pre-parsed subscriptions (counted: *adds*);
+4. ``match_batch`` of the same events again (counted: *match after*): the adds' work
+   deferred to the next match (columns appended lazily, structures rebuilt) is
+   *match after* - *match*.
+
+Reported per revision and matcher: instructions per add, deferred instructions per add,
+their sum, and instructions per matched event. Needs Debian's ``valgrind`` (with
+``valgrind/callgrind.h``) and ``gcc``; each run takes 30-60 s.
+
+    .venv/bin/python bench/bench_instructions.py --revisions 76f7538 HEAD
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MATCHERS = ("pstbloom", "psthash", "opindex", "betree", "counting", "propagation", "pbtree")
+
+_TOGGLE_C = """
+#include <valgrind/callgrind.h>
+void start(void) { CALLGRIND_START_INSTRUMENTATION; CALLGRIND_ZERO_STATS; }
+void dump(void) { CALLGRIND_DUMP_STATS; }
+"""
+
+# Runs inside the revision's worktree, under callgrind: argv = matcher subscriptions
+# events adds library. Each dump closes one counted step.
+_MEASURE = """
+import ctypes, sys
+from index import make_matcher
+from index.begen import BEGenParams, generate
+from index.language import parse_subscription
+name, n, e, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+toggle = ctypes.CDLL(sys.argv[5])
+w = generate(BEGenParams(subscriptions=n + k, events=2 * e, seed=7))
+subs = [(i, parse_subscription(t)) for i, t in w.subscriptions]
+matcher = make_matcher(name)
+matcher.add_many(subs[:n])
+events = w.events[e:]
+matcher.match_batch(events)
+matcher.match_batch(events)
+toggle.start()
+matcher.match_batch(events)
+toggle.dump()
+for sid, sub in subs[n:]:
+    matcher.add(sid, sub)
+toggle.dump()
+matcher.match_batch(events)
+toggle.dump()
+"""
+
+
+def _totals(out: Path) -> list[int]:
+    """The instruction totals of dumps 1, 2 and 3 of one callgrind run."""
+    totals = []
+    for part in (1, 2, 3):
+        text = Path(f"{out}.{part}").read_text()
+        totals.append(int(next(line.split()[1] for line in text.splitlines()
+                               if line.startswith("totals:"))))
+    return totals
+
+
+def measure(worktree: Path, matcher: str, args: argparse.Namespace, library: Path,
+            scratch: Path) -> dict[str, float]:
+    out = scratch / f"{worktree.name}-{matcher}.out"
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(worktree)}
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+         sys.executable, "-c", _MEASURE, matcher, str(args.subscriptions), str(args.events),
+         str(args.adds), str(library)],
+        cwd=worktree, env=env, check=True, capture_output=True,
+    )  # fmt: skip
+    match, adds, match_after = _totals(out)
+    per_add = adds / args.adds
+    deferred = (match_after - match) / args.adds
+    return {"add": per_add, "deferred": deferred, "add + deferred": per_add + deferred,
+            "match per event": match / args.events}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--revisions", nargs="+", default=["HEAD"],
+                        help="git revisions to compare (default: HEAD)")
+    parser.add_argument("--matchers", default=",".join(MATCHERS))
+    parser.add_argument("--subscriptions", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=20)
+    parser.add_argument("--adds", type=int, default=100)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="psmatch-instructions-") as tmp:
+        scratch = Path(tmp)
+        (scratch / "toggle.c").write_text(_TOGGLE_C)
+        library = scratch / "libtoggle.so"
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(library),
+                        str(scratch / "toggle.c")], check=True)
+        trees = {}
+        for revision in args.revisions:
+            tree = scratch / f"rev{len(trees)}"
+            subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree),
+                            revision], check=True, capture_output=True)
+            trees[revision] = tree
+        try:
+            print("| matcher | revision | add (M instr) | deferred | add + deferred "
+                  "| match per event (M instr) |")
+            print("|---|---|---:|---:|---:|---:|")
+            for matcher in args.matchers.split(","):
+                for revision, tree in trees.items():
+                    r = measure(tree, matcher, args, library, scratch)
+                    print(f"| {matcher} | {revision} | {r['add'] / 1e6:.3f} | "
+                          f"{r['deferred'] / 1e6:.3f} | {r['add + deferred'] / 1e6:.3f} | "
+                          f"{r['match per event'] / 1e6:.3f} |", flush=True)
+        finally:
+            for tree in trees.values():
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                                str(tree)], check=False, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
