@@ -369,20 +369,15 @@ class BETreeMatcher(ForestMatcher):
             nodes[0].size += len(cids)
         else:
             for cid, node in zip(cids, targets, strict=True):
-                gate = gate_of.get(cid)
-                if gate is None:
-                    node.lnode.add(cid)
-                else:
-                    node.gates = node.gates or {}
-                    node.gates.setdefault(gate, set()).add(cid)
-                node.size += 1
+                self._enter(cid, node)
         _, pred = expand_ranges(rows.first[members], rows.count[members])
         for i, tree in zip(np.repeat(at, rows.count[members]).tolist(),
                            rows.tree[pred].tolist(), strict=True):
             attrs = nodes[i].attrs
             attrs[tree] = attrs.get(tree, 0) + 1
 
-    def _put(self, cid: int, node: CNode, trees: list[int]) -> None:
+    def _enter(self, cid: int, node: CNode) -> None:
+        """Put ``cid`` in ``node``'s l-node, under its access pattern's gate if it has one."""
         gate = self._gate_of.get(cid)
         if gate is None:
             node.lnode.add(cid)
@@ -390,6 +385,9 @@ class BETreeMatcher(ForestMatcher):
             node.gates = node.gates or {}
             node.gates.setdefault(gate, set()).add(cid)
         node.size += 1
+
+    def _put(self, cid: int, node: CNode, trees: list[int]) -> None:
+        self._enter(cid, node)
         for tree in trees:
             node.attrs[tree] = node.attrs.get(tree, 0) + 1
         self._node_of[cid] = node

@@ -14,7 +14,6 @@ import random
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,6 @@ from index import make_matcher
 from streaming import worker
 from streaming.config import ServiceConfig
 from streaming.job import prepare
-from streaming.records import dumps_record
 from streaming.shards import Shard, shard_of
 from streaming.snapshots import SnapshotError, load_snapshot, snapshot_path
 from streaming.worker import ShardMismatchError, TaskMetrics, WorkerSettings, match_batches
@@ -40,6 +38,7 @@ from tests.streaming.test_end_to_end import (
     running,
     wait_for_notifications,
 )
+from tests.streaming.worker_state import put, worker_state
 from tests.streaming.workload import random_subscriptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,21 +91,9 @@ def state(
     services: LocalServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> Iterator[tuple[WorkerSettings, StateStore]]:
     caplog.set_level(logging.INFO, logger="streaming.worker")
-    prefix = f"shard-{uuid.uuid4().hex[:10]}:"
-    settings = WorkerSettings(
-        redis_url=services.redis.url, redis_prefix=prefix, retention=500, matcher="psthash",
-        notifications_topic="n", rejected_topic="r", snapshot_dir=str(tmp_path / "snapshots"),
-        shards=SHARDS,
-    )  # fmt: skip
-    store = StateStore.from_url(services.redis.url, prefix, 500)
-    worker._CACHE.clear()
-    yield settings, store
-    worker._CACHE.clear()
-    store.clear()
+    with worker_state(services.redis.url, tmp_path, "shard", 500, shards=SHARDS) as state:
+        yield state
 
-
-def put(offset: int, sub_id: str, expr: str) -> SourceChange:
-    return SourceChange("subs:0", offset, sub_id, dumps_record(expr, "who", {}))
 
 
 def check_shards(indexes: list[worker.WorkerIndex], exprs: dict[str, str]) -> None:

@@ -18,9 +18,9 @@ from connectors.state import SourceChange, StateStore
 from index import make_matcher
 from streaming import worker
 from streaming.job import snapshot_dir
-from streaming.records import dumps_record
 from streaming.snapshots import SnapshotError, load_snapshot, snapshot_path
 from streaming.worker import WorkerSettings
+from tests.streaming.worker_state import put, worker_state
 
 EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
 
@@ -30,20 +30,9 @@ def state(
     services: LocalServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> Iterator[tuple[WorkerSettings, StateStore]]:
     caplog.set_level(logging.INFO, logger="streaming.worker")
-    prefix = f"snap-{uuid.uuid4().hex[:10]}:"
-    settings = WorkerSettings(
-        redis_url=services.redis.url, redis_prefix=prefix, retention=20, matcher="psthash",
-        notifications_topic="n", rejected_topic="r", snapshot_dir=str(tmp_path / "snapshots"),
-    )  # fmt: skip
-    store = StateStore.from_url(services.redis.url, prefix, 20)
-    worker._CACHE.clear()
-    yield settings, store
-    worker._CACHE.clear()
-    store.clear()
+    with worker_state(services.redis.url, tmp_path, "snap", 20) as state:
+        yield state
 
-
-def put(offset: int, sub_id: str, expr: str) -> SourceChange:
-    return SourceChange("subs:0", offset, sub_id, dumps_record(expr, "who", {}))
 
 
 def check(index: worker.WorkerIndex, exprs: dict[str, str]) -> None:
