@@ -80,7 +80,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges, zero_padded
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
 from index.pstree.matcher import ForestBatch, ForestMatcher
@@ -197,9 +197,9 @@ class OpIndexMatcher(ForestMatcher):
     def _grow_tree_columns(self) -> None:
         n = len(self.forest.trees)
         if n > len(self.list_size):
-            grow = max(n, 2 * len(self.list_size), 16) - len(self.list_size)
-            self.list_size = np.concatenate([self.list_size, np.zeros(grow, np.int64)])
-            self.attribute_use = np.concatenate([self.attribute_use, np.zeros(grow, np.int64)])
+            grow = max(n, 2 * len(self.list_size), 16)
+            self.list_size = zero_padded(self.list_size, grow)
+            self.attribute_use = zero_padded(self.attribute_use, grow)
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
         """Algorithm 1 for a batch of new conjuncts, vectorised: choose each pivot, take a

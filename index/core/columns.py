@@ -21,6 +21,15 @@ def grown_capacity(needed: int, capacity: int) -> int:
     return max(needed, capacity + capacity // 2)
 
 
+def zero_padded(column: np.ndarray, size: int) -> np.ndarray:
+    """``column`` copied into a zeroed array of ``size`` entries, how growing columns
+    take their new capacity (``np.resize`` would fill the tail with repeated copies).
+    O(size)."""
+    grown = np.zeros(size, dtype=column.dtype)
+    grown[: len(column)] = column
+    return grown
+
+
 SPARE_SHARE = 8
 """A compacted array keeps 1/SPARE_SHARE of its length spare (the registry purges after
 removals of an eighth of the live conjuncts, whose replacements then fit)."""
@@ -57,9 +66,8 @@ class GrowableArray:
 
     def _reserve(self, needed: int) -> None:
         if needed > len(self._data):
-            grown = np.zeros(grown_capacity(needed, len(self._data)), dtype=self._data.dtype)
-            grown[: self._size] = self._data[: self._size]
-            self._data = grown
+            self._data = zero_padded(self._data[: self._size],
+                                     grown_capacity(needed, len(self._data)))
 
     def append(self, value: object) -> int:
         """Append one value; returns its index. Amortised O(1)."""

@@ -35,7 +35,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from index.core.columns import group_pairs, grown_capacity
+from index.core.columns import group_pairs, grown_capacity, zero_padded
 from index.errors import PsmatchError
 from index.language import Kind, Value
 
@@ -148,10 +148,10 @@ class SpaceTable:
         if self.size + fresh > len(self.tree):
             _check_capacity(self.size + fresh, "spaces")
             grow = grown_capacity(self.size + fresh, len(self.tree))
-            self.tree = _grown(self.tree, grow)
-            self.predicate_counter = _grown(self.predicate_counter, grow)
-            self.event_counter = _grown(self.event_counter, grow)
-            self.alive = _grown(self.alive, grow)
+            self.tree = zero_padded(self.tree, grow)
+            self.predicate_counter = zero_padded(self.predicate_counter, grow)
+            self.event_counter = zero_padded(self.event_counter, grow)
+            self.alive = zero_padded(self.alive, grow)
         sids = np.concatenate([np.array(reused, dtype=np.int64),
                                np.arange(self.size, self.size + fresh)])
         self.size += fresh
@@ -207,14 +207,6 @@ def _insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.
     out[slots] = items
     out[keep] = column
     return out
-
-
-def _grown(column: np.ndarray, size: int) -> np.ndarray:
-    """``column`` copied into a zeroed array of ``size`` entries (``np.resize`` would
-    fill the tail with repeated copies and may keep a larger buffer alive)."""
-    grown = np.zeros(size, dtype=column.dtype)
-    grown[: len(column)] = column
-    return grown
 
 
 def _check_capacity(size: int, what: str) -> None:
@@ -443,8 +435,8 @@ class Forest:
         if self._bound_count + fresh > len(self.bound_tree):
             _check_capacity(self._bound_count + fresh, "bounds")
             grow = grown_capacity(self._bound_count + fresh, len(self.bound_tree))
-            self.bound_tree = _grown(self.bound_tree, grow)
-            self.bound_rank = _grown(self.bound_rank, grow)
+            self.bound_tree = zero_padded(self.bound_tree, grow)
+            self.bound_rank = zero_padded(self.bound_rank, grow)
         bids = np.concatenate([np.array(reused, dtype=np.int64),
                                np.arange(self._bound_count, self._bound_count + fresh)])
         self._bound_count += fresh

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges, grown_capacity
+from index.core.columns import GrowableArray, expand_ranges, grown_capacity, zero_padded
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
@@ -102,10 +102,8 @@ class PSTBloomMatcher(ForestMatcher):
         need = int(new.max()) + 1
         if need > len(self.sig_bits):
             grow = grown_capacity(need, max(len(self.sig_bits), 64))
-            self.sig_offset = np.concatenate(
-                [self.sig_offset, np.zeros(grow - len(self.sig_offset), np.int64)])
-            self.sig_bits = np.concatenate(
-                [self.sig_bits, np.zeros(grow - len(self.sig_bits), np.int64)])
+            self.sig_offset = zero_padded(self.sig_offset, grow)
+            self.sig_bits = zero_padded(self.sig_bits, grow)
         inside = parents < len(self.sig_bits)
         for column in (self.sig_offset, self.sig_bits):
             column[new[inside]] = column[parents[inside]][:, None]
