@@ -89,7 +89,7 @@ from itertools import chain
 
 import numpy as np
 
-from index.core.columns import expand_ranges
+from index.core.columns import expand_ranges, find_sorted
 from index.core.patterns import PatternKey, access_pattern
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
@@ -322,8 +322,8 @@ class BETreeMatcher(ForestMatcher):
         scores = np.array([node.pdir[t].score for t in trees.tolist()], dtype=np.int64)
         owner, at = expand_ranges(rows.first[group], rows.count[group])
         row_tree = rows.tree[at]
-        slot = np.minimum(np.searchsorted(trees, row_tree), len(trees) - 1)
-        score = np.where(trees[slot] == row_tree, scores[slot], -1)
+        slot, known = find_sorted(trees, row_tree)
+        score = np.where(known, scores[slot], -1)
         best = np.full(len(group), -1, np.int64)
         np.maximum.at(best, owner, score)
         hit = np.flatnonzero((score >= 0) & (score == best[owner]))

@@ -30,6 +30,15 @@ def zero_padded(column: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
+def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each query is in the sorted column ``sorted_keys`` and whether it is there:
+    ``(at, found)``, ``at`` valid only where ``found``. O(q log n), vectorised."""
+    if not len(sorted_keys):
+        return np.zeros(len(queries), dtype=np.int64), np.zeros(len(queries), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_keys, queries), len(sorted_keys) - 1)
+    return at, sorted_keys[at] == queries
+
+
 SPARE_SHARE = 8
 """A compacted array keeps 1/SPARE_SHARE of its length spare (the registry purges after
 removals of an eighth of the live conjuncts, whose replacements then fit)."""

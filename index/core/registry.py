@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from index.core.columns import GrowableArray
+from index.core.columns import GrowableArray, find_sorted
 from index.core.patterns import PatternIndex, access_pattern
 from index.events import FlatEvent
 from index.language import Conjunct
@@ -183,8 +183,7 @@ class ConjunctRegistry:
         rows = np.flatnonzero(np.bincount(pair_events, minlength=len(flat_events)))
         holding = self.patterns.holding(flat_events, rows)
         wanted = pair_events * self.patterns.width + pids[indexed]
-        at = np.minimum(np.searchsorted(holding, wanted), max(len(holding) - 1, 0))
-        holds = (holding[at] == wanted) if len(holding) else np.zeros(len(wanted), bool)
+        _, holds = find_sorted(holding, wanted)
         keep = np.ones(len(cids), dtype=bool)
         keep[check[indexed[~holds]]] = False
         return keep

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges, find_sorted
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.pstree.forest import Splits
@@ -95,11 +95,11 @@ class PSTHashMatcher(ForestMatcher):
         if not len(tree_a):
             return
         keys = np.unique(_tree_pair(tree_a, tree_b))
-        pos = np.searchsorted(self._tree_pairs, keys)
-        known = pos < len(self._tree_pairs)
-        known[known] = self._tree_pairs[pos[known]] == keys[known]
+        _, known = find_sorted(self._tree_pairs, keys)
         if not known.all():
-            self._tree_pairs = np.insert(self._tree_pairs, pos[~known], keys[~known])
+            new = keys[~known]
+            self._tree_pairs = np.insert(self._tree_pairs,
+                                         np.searchsorted(self._tree_pairs, new), new)
 
     def _purge(self) -> None:
         """Besides the posting lists: the side lists and the tree pairs of live hashed
@@ -190,15 +190,13 @@ class PSTHashMatcher(ForestMatcher):
         w = np.flatnonzero(walk)
         o, p = expand_ranges(up_start[w], up_count[w])
         want = (ev[order][w[o]] << 32) | (pairs[p] & 0xFFFFFFFF)
-        at = np.minimum(np.searchsorted(key, want), len(key) - 1)
-        hit = key[at] == want
+        at, hit = find_sorted(key, want)
         owner_a, partner_a = w[o[hit]], at[hit]
         # Through the event's later entries: look each pair up in the tree-pair list.
         s = np.flatnonzero(~walk)
         o, j = expand_ranges(s + 1, later[s])
         want = (t[s[o]] << 32) | t[j]
-        at = np.minimum(np.searchsorted(pairs, want), len(pairs) - 1)
-        hit = pairs[at] == want
+        _, hit = find_sorted(pairs, want)
         owner_b, partner_b = s[o[hit]], j[hit]
         return (order[np.concatenate([owner_a, owner_b])],
                 order[np.concatenate([partner_a, partner_b])])
