@@ -169,8 +169,7 @@ class WorkerIndex:
         Cost: one JSON decode and expression parse per put, and the matcher's bulk insert.
         """
         holds = self.shard.holds
-        latest = (dict(changes) if self.shard.count == 1
-                  else {sub_id: stored for sub_id, stored in changes if holds(sub_id)})  # fmt: skip
+        latest = {sub_id: stored for sub_id, stored in changes if holds(sub_id)}
         for sub_id, stored in latest.items():
             if stored is None:
                 self.delete(sub_id)
