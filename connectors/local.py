@@ -477,7 +477,11 @@ class RedisServer(LocalServer):
             "port": str(self.port),
             "dir": str(self.data_dir),
             "appendonly": "yes" if self.appendonly else "no",
-            "appendfsync": "everysec",
+            # always: a write is on disk before Redis acknowledges it. With everysec Redis
+            # may acknowledge writes it has not yet written (it postpones the write while
+            # a slow fsync runs), and a kill -9 then loses applied subscription changes
+            # whose Kafka batch is already committed.
+            "appendfsync": "always",
             "save": '""',
             "daemonize": "no",
             "protected-mode": "yes",
