@@ -1,0 +1,334 @@
+"""Benchmark of subscribing: parsing expressions and validating subscription records
+(a script, not a test).
+
+What the driver does for each record of the subscriptions topic is
+:func:`streaming.records.parse_subscription_record`: decode the JSON value, parse and
+normalise the expression (:func:`index.language.parse_subscription`) and re-encode the
+stored form. This script measures, in CPU time per subscription on one pinned core:
+
+- ``tokenize``: the tokenizer alone;
+- ``parse``: tokenizer and parser (:func:`index.language.parse_expression`);
+- ``parse_subscription``: tokenizer, parser and normal form (DNF, interval merging);
+- ``record``: ``parse_subscription_record`` on the bytes ``psmatch subscribe`` sends
+  (:func:`streaming.records.subscription_value`);
+
+and derives the stages (parser = parse - tokenize, normal form = parse_subscription -
+parse, record overhead = record - parse_subscription). Two workloads: BE-Gen
+subscriptions (:mod:`index.begen`, the papers' operators on integers), and with
+``--mix`` a deterministic mix of every operator (``in``, ``not in``, ``like`` in its
+three forms, ``between``, ``!=``, booleans, strings) under ``or``/``not``/parenthesis
+nesting, on distinct attributes so that each one is satisfiable.
+
+Each operation runs over the whole workload ``--repeats`` times (each pass taking the
+operations in turn on every 500 subscriptions, so that the machine's load falls on all
+alike); the table gives the median and the best rate per CPU second
+(``time.process_time``: the cost on one core, whatever else the machine runs), and the
+median per wall second. With
+``--write-table PATH`` the run becomes a section of PATH labelled ``--label`` (a run
+with the same label replaces it, others are kept) and PATH's summary compares every
+section's CPU rates with the first one's. Progress goes to stderr.
+
+Usage: ``.venv/bin/python bench/bench_parser.py --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from index import language
+from index.begen import add_params_arguments, generate, params_from_args
+from streaming.records import parse_subscription_record, subscription_value
+
+REPO = Path(__file__).resolve().parent.parent
+OPERATIONS = ("tokenize", "parse", "parse_subscription", "record")
+STAGES = (
+    ("tokenizer", "tokenize", None),
+    ("parser", "parse", "tokenize"),
+    ("normal form", "parse_subscription", "parse"),
+    ("record overhead", "record", "parse_subscription"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench/bench_parser.py",
+        description="CPU time per subscription of the tokenizer, the parser, the normal "
+        "form and the driver's validation of subscription records, on BE-Gen subscriptions "
+        "and on a mix of every operator.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    workload = parser.add_argument_group("workload (BE-Gen parameters, see index/begen/)")
+    add_params_arguments(workload, subscriptions=20_000, events=0)
+    run = parser.add_argument_group("run")
+    run.add_argument("--mix", type=int, default=20_000,
+                     help="subscriptions of the every-operator mix (0: BE-Gen only)")
+    run.add_argument("--repeats", type=int, default=5,
+                     help="passes over each workload per operation; median and best reported")
+    run.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
+                     help="the core the benchmark is pinned to")
+    run.add_argument("--write-table", type=Path, default=None, metavar="PATH",
+                     help="write the run as a section of PATH (e.g. docs/bench-parser.md)")
+    run.add_argument("--label", default=None,
+                     help="the section's name in PATH (default: the commit)")
+    return parser
+
+
+# -- workloads --------------------------------------------------------------------------
+
+
+def _literal(rng: random.Random, kind: str) -> str:
+    if kind == "number":
+        return str(rng.choice([rng.randint(-1000, 1000), round(rng.uniform(-1e3, 1e3), 2)]))
+    if kind == "string":
+        return repr(rng.choice(["books", "music", "films", "toys", "it's", "café", "a\\b"]))
+    return rng.choice(["true", "false"])
+
+
+def _comparison(rng: random.Random, attribute: str) -> str:
+    """One comparison that is true of some value (so a subscription on distinct
+    attributes is always satisfiable)."""
+    kind = rng.choice(["number", "number", "string", "bool"])
+    if kind == "bool":
+        op = rng.choice(["=", "!=", "in", "not in"])
+        value = _literal(rng, kind)
+        return f"{attribute} {op} ({value})" if "in" in op else f"{attribute} {op} {value}"
+    ops = ["=", "!=", "<", "<=", ">", ">=", "in", "not in", "between", "not between"]
+    if kind == "string":
+        ops += ["like", "not like"]
+    op = rng.choice(ops)
+    if op in ("in", "not in"):
+        values = {_literal(rng, kind) for _ in range(rng.randint(1, 8))}
+        return f"{attribute} {op} ({', '.join(sorted(values))})"
+    if op in ("between", "not between"):
+        if kind == "number":
+            low = rng.randint(-1000, 1000)
+            return f"{attribute} {op} {low} and {low + rng.randint(0, 500)}"
+        return f"{attribute} {op} 'a' and 'm'"
+    if op in ("like", "not like"):
+        shape = rng.choice(["{}%", "%{}", "%{}%"])
+        return f"{attribute} {op} '{shape.format(rng.choice(['bo', 'son', 'x']))}'"
+    return f"{attribute} {op} {_literal(rng, kind)}"
+
+
+def _tree(rng: random.Random, attributes: list[str]) -> str:
+    """A random and/or/not tree over one comparison per attribute."""
+    if len(attributes) == 1:
+        text = _comparison(rng, attributes[0])
+        return f"not {text}" if rng.random() < 0.2 else text
+    split = rng.randint(1, len(attributes) - 1)
+    left, right = _tree(rng, attributes[:split]), _tree(rng, attributes[split:])
+    joined = f"({left} {rng.choice(['and', 'and', 'or'])} {right})"
+    return f"not {joined}" if rng.random() < 0.15 else joined
+
+
+def mix_workload(count: int, seed: int) -> list[str]:
+    """``count`` expressions of 3 to 6 comparisons on distinct attributes, every
+    operator, nested under and/or/not. Deterministic for a seed."""
+    rng = random.Random(seed)
+    names = [f"m{k}" for k in range(40)] + ["user.country", "`odd name`"]
+    return [_tree(rng, rng.sample(names, rng.randint(3, 6))) for _ in range(count)]
+
+
+def records_of(texts: Sequence[str]) -> list[tuple[bytes, bytes]]:
+    """(key, value) of each subscription as ``psmatch subscribe`` sends it."""
+    return [
+        (f"sub-{i}".encode(),
+         subscription_value(text, f"user-{i % 1000}", {"channel": "email", "tags": ["bench"]}))
+        for i, text in enumerate(texts)
+    ]  # fmt: skip
+
+
+# -- measuring --------------------------------------------------------------------------
+
+
+CHUNK = 500
+"""Subscriptions each operation takes in turn: a change in the machine's load falls on
+all operations alike, so that the stages (differences of operations) stay meaningful."""
+
+
+def _timed(operation: Callable[[Any], object], items: Sequence[Any]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of ``operation`` over ``items``."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    for item in items:
+        operation(item)
+    return time.process_time() - cpu, time.perf_counter() - wall
+
+
+def run_workload(name: str, texts: list[str], repeats: int) -> dict[str, dict[str, float]]:
+    """Rates of each operation over ``texts``, per CPU and per wall second: the median
+    and best CPU rate over ``repeats`` passes, each pass taking the operations in turn on
+    every :data:`CHUNK` of subscriptions."""
+    records = records_of(texts)
+    # the workload must be valid: a rejected subscription would time an error path
+    for key, value in records:
+        parse_subscription_record(key, value)
+    operations: dict[str, tuple[Callable[[Any], object], Sequence[Any]]] = {
+        "tokenize": (language._tokenize, texts),
+        "parse": (language.parse_expression, texts),
+        "parse_subscription": (language.parse_subscription, texts),
+        "record": (lambda kv: parse_subscription_record(kv[0], kv[1]), records),
+    }
+    cpu: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+    wall: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+    for k in range(repeats):
+        gc.collect()
+        spent = {op: [0.0, 0.0] for op in OPERATIONS}
+        for start in range(0, len(texts), CHUNK):
+            for op in OPERATIONS:
+                operation, items = operations[op]
+                c, w = _timed(operation, items[start : start + CHUNK])
+                spent[op][0] += c
+                spent[op][1] += w
+        for op in OPERATIONS:
+            cpu[op].append(len(texts) / spent[op][0])
+            wall[op].append(len(texts) / spent[op][1])
+        print(f"[{name}] pass {k + 1}/{repeats}: " + ", ".join(
+            f"{op} {cpu[op][-1]:,.0f}/CPU s" for op in OPERATIONS), file=sys.stderr, flush=True)
+    return {op: {"cpu": statistics.median(cpu[op]), "best": max(cpu[op]),
+                 "wall": statistics.median(wall[op])} for op in OPERATIONS}  # fmt: skip
+
+
+# -- the report -------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                          check=False).stdout.strip()  # fmt: skip
+
+
+def _commit() -> str:
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = _git("status", "--porcelain", "--", "index/language.py", "streaming/records.py")
+    return commit + (" + uncommitted changes to the parser" if dirty else "")
+
+
+def _machine() -> str:
+    cpu = platform.processor() or "unknown"
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}"
+
+
+def _table(rates: dict[str, dict[str, dict[str, float]]], sizes: dict[str, int]) -> str:
+    lines = [
+        "| workload | operation | µs CPU each (median) | per CPU second (median) "
+        "| per CPU second (best) | per wall second (median) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for workload, by_op in rates.items():
+        for op in OPERATIONS:
+            r = by_op[op]
+            lines.append(f"| {workload} ({sizes[workload]:,}) | `{op}` | {1e6 / r['cpu']:.1f} "
+                         f"| {r['cpu']:,.0f} | {r['best']:,.0f} | {r['wall']:,.0f} |")  # fmt: skip
+        lines.append(f"| {workload} | stages | " + ", ".join(
+            f"{stage} {_stage_us(by_op, op, minus):.1f} µs" for stage, op, minus in STAGES
+        ) + " | | | |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _stage_us(by_op: dict[str, dict[str, float]], op: str, minus: str | None) -> float:
+    us = 1e6 / by_op[op]["cpu"]
+    return us - (1e6 / by_op[minus]["cpu"] if minus else 0.0)
+
+
+def _section(label: str, args: argparse.Namespace, started: datetime, load: str,
+             rates: dict[str, dict[str, dict[str, float]]], sizes: dict[str, int]) -> str:
+    command = shlex.join([".venv/bin/python", "bench/bench_parser.py", *sys.argv[1:]])
+    data = json.dumps({"rates": rates, "sizes": sizes})
+    return (
+        f"## {label}\n\n"
+        f"Command: `{command}`\n\n"
+        f"{started:%Y-%m-%d %H:%M} UTC; commit {_commit()}; {_machine()}; pinned to core "
+        f"{args.cpu}; load average (`uptime`) {load} at the start; {args.repeats} passes "
+        "per operation.\n\n"
+        f"{_table(rates, sizes)}\n\n"
+        f"<!-- data: {data} -->\n"
+    )
+
+
+_SECTION = re.compile(r"<!-- run:(.+?) -->\n(.*?)<!-- end:\1 -->", re.S)
+
+
+def _summary(sections: dict[str, str]) -> str:
+    """Each section's median CPU rates next to the first section's, as ratios."""
+    data = {label: json.loads(re.search(r"<!-- data: (.*) -->", body).group(1))["rates"]
+            for label, body in sections.items()}  # fmt: skip
+    labels = list(data)
+    first = labels[0]
+    header = "| workload | operation | " + " | ".join(f"{label} per CPU s" for label in labels)
+    header += "".join(f" | {label} / {first}" for label in labels[1:]) + " |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for workload in data[first]:
+        for op in OPERATIONS:
+            cpu = [data[label].get(workload, {}).get(op, {}).get("cpu") for label in labels]
+            cells = [f"{c:,.0f}" if c else "–" for c in cpu]
+            cells += [f"{c / cpu[0]:.2f}×" if c and cpu[0] else "–" for c in cpu[1:]]
+            lines.append(f"| {workload} | `{op}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_doc(path: Path, label: str, section: str) -> None:
+    old = path.read_text(encoding="utf-8") if path.exists() else ""
+    sections = {m.group(1): m.group(2) for m in _SECTION.finditer(old)}
+    sections[label] = section
+    body = [
+        "# Subscribing: parser and record validation benchmark\n",
+        "Written by `bench/bench_parser.py` (see its docstring for what each operation "
+        "covers); one section per run, labelled, each with its command, date, commit and "
+        "load. Rates are subscriptions per CPU second on one pinned core (median of the "
+        "passes): the machine is shared, so CPU time, not wall time, is the measure.\n",
+        "## Summary: median subscriptions per CPU second, and each run over the first\n",
+        _summary(sections) + "\n",
+    ]
+    body += [f"<!-- run:{name} -->\n{text}<!-- end:{name} -->\n" for name, text in sections.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(body), encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.repeats < 1 or args.mix < 0:
+        print("error: need --repeats >= 1 and --mix >= 0", file=sys.stderr)
+        return 2
+    try:
+        params = params_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    os.sched_setaffinity(0, {args.cpu})
+    started = datetime.now(UTC)
+    load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    print(f"generating {params.subscriptions:,} BE-Gen subscriptions", file=sys.stderr)
+    workloads = {"BE-Gen": [text for _, text in generate(params).subscriptions]}
+    if args.mix:
+        workloads["every operator"] = mix_workload(args.mix, params.seed)
+    rates = {name: run_workload(name, texts, args.repeats) for name, texts in workloads.items()}
+    sizes = {name: len(texts) for name, texts in workloads.items()}
+    print(_table(rates, sizes))
+    if args.write_table:
+        label = args.label or _commit()
+        write_doc(args.write_table, label, _section(label, args, started, load, rates, sizes))
+        print(f"wrote section {label!r} of {args.write_table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
