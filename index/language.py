@@ -84,17 +84,27 @@ def kind_of(value: Value) -> Kind:
 _TOKEN_RE = re.compile(
     r"""
     \s*(?:
-    (?P<number>[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][-+]?[0-9]+)?)
+    (?P<integer>[-+]?[0-9]{1,18}(?![0-9.eE]))
+  | (?P<number>[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][-+]?[0-9]+)?)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]+)*)
-  | (?P<plain_string>'[^'\\]*'|"[^"\\]*")
-  | (?P<string>'|")
+  | (?P<string>'(?:[^'\\]|\\[\s\S])*'|"(?:[^"\\]|\\[\s\S])*")
+  | (?P<unterminated>'|")
   | (?P<quoted_name>`(?:[^`]|``)*`)
   | (?P<op><>|!=|==|<=|>=|=|<|>|\(|\)|,)
+  | (?P<other>\S)
     )
     """,
     re.VERBOSE,
 )
-"""Only ASCII digits form numbers (``\\d`` would take any Unicode digit, such as ``１``)."""
+"""One token after any whitespace; every text is a sequence of these, then whitespace.
+
+Only ASCII digits form numbers (``\\d`` would take any Unicode digit, such as ``１``).
+``integer`` is the common case of ``number`` that :func:`int` takes as it is: at most 18
+digits, so within the 64-bit range. ``string`` spans a quoted string whatever its
+escapes, which :func:`_read_string` then decodes; a quote that opens no complete string
+is ``unterminated`` (where :func:`_read_string` says what is wrong). ``other`` is any
+character no token starts with.
+"""
 
 _KEYWORDS = frozenset({"and", "or", "not", "in", "between", "like", "true", "false"})
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
@@ -179,44 +189,39 @@ def _number(literal: str, text: str, position: int) -> int | float:
 
 
 def _tokenize(text: str) -> list[_Token]:
+    """The tokens of ``text``, then an ``end`` token. Cost O(len(text)): one pass of
+    :data:`_TOKEN_RE`, and a few operations per token."""
     tokens: list[_Token] = []
     append = tokens.append
-    match = _TOKEN_RE.match
-    i, n = 0, len(text)
-    while i < n:
-        m = match(text, i)
-        if m is None:
-            rest = text[i:]
-            if not rest.strip():
-                break
-            where = i + len(rest) - len(rest.lstrip())
-            raise ExpressionError(f"unexpected character {text[where]!r}", text, where)
+    for m in _TOKEN_RE.finditer(text):
         group = m.lastgroup
-        start = m.start(group)
-        lexeme = m.group(group)
-        end = m.end()
+        lexeme = m.group(group)  # type: ignore[arg-type]
+        start = m.start(group)  # type: ignore[arg-type]
         if group == "name":
             lower = lexeme.lower()
             if lower in _KEYWORDS:
                 append(("keyword", lower, lower, start))
             else:
                 append(("name", lexeme, lexeme, start))
+        elif group == "op":
+            append(("op", lexeme, lexeme, start))
+        elif group == "integer":
+            append(("number", lexeme, int(lexeme), start))
         elif group == "number":
             append(("number", lexeme, _number(lexeme, text, start), start))
-        elif group == "plain_string":
-            append(("string", lexeme, lexeme[1:-1], start))
         elif group == "string":
-            value, end = _read_string(text, start)
-            append(("string", text[start:end], value, start))
+            value = _read_string(text, start)[0] if "\\" in lexeme else lexeme[1:-1]
+            append(("string", lexeme, value, start))
+        elif group == "unterminated":
+            _read_string(text, start)  # raises: this quote opens no complete string
         elif group == "quoted_name":
             name = lexeme[1:-1].replace("``", "`")
             if not name:
                 raise ExpressionError("empty attribute name", text, start)
             append(("name", lexeme, name, start))
         else:
-            append(("op", lexeme, lexeme, start))
-        i = end
-    append(("end", "", None, n))
+            raise ExpressionError(f"unexpected character {lexeme!r}", text, start)
+    append(("end", "", None, len(text)))
     return tokens
 
 
@@ -529,6 +534,100 @@ def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, 
         )
 
 
+_VALUE = r"""
+    (?:'[^'\\]*'|"[^"\\]*"|[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][-+]?[0-9]+)?
+    |(?i:true|false))(?=[\s,)]|\Z)
+"""
+_VALUE_RE = re.compile(_VALUE, re.VERBOSE)
+_COMPARISON_RE = re.compile(
+    rf"""
+    \s*(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]+)*|`(?:[^`]|``)*`)
+    (?:
+        \s*(?P<op><>|!=|==|<=|>=|=|<|>)\s*(?P<value>{_VALUE})
+      | \s+(?P<not>(?i:not)\s+)?(?:
+            (?i:in)\s*\((?P<list>\s*{_VALUE}(?:\s*,\s*{_VALUE})*)\s*\)
+          | (?i:between)\s+(?P<low>{_VALUE})\s+(?i:and)\s+(?P<high>{_VALUE})
+          | (?i:like)\s+(?P<pattern>'[^'\\]*'|"[^"\\]*")(?=[\s,)]|\Z)
+        )
+    )
+    (?:\s+(?P<more>(?i:and))\s+|\s*\Z)
+    """,
+    re.VERBOSE,
+)
+"""One comparison of a conjunction and the ``and`` after it (or the end of the text).
+
+Built from the tokens of :data:`_TOKEN_RE` so that whatever it matches, the tokenizer
+splits into the same tokens: keywords stand between whitespace (or before ``(``), values
+before whitespace, a comma, a closing parenthesis or the end, and strings hold no escape.
+"""
+
+
+def _literal(lexeme: str, text: str) -> Value:
+    """The value of a literal matched by :data:`_VALUE`, as the tokenizer reads it."""
+    first = lexeme[0]
+    if first == "'" or first == '"':
+        return lexeme[1:-1]
+    if first in "tTfF":
+        return lexeme.lower() == "true"
+    if len(lexeme) <= 18 and "." not in lexeme and "e" not in lexeme and "E" not in lexeme:
+        return int(lexeme)
+    return _number(lexeme, text, 0)
+
+
+def _parse_conjunction(text: str) -> Expression | None:
+    """The common case of the language, a conjunction of comparisons, parsed with one
+    match of :data:`_COMPARISON_RE` per comparison instead of a token at a time.
+
+    Returns the tree :class:`_Parser` would build, or None for any other text (``or``,
+    ``not`` before an expression, parentheses, escapes, a name that is a keyword, any
+    error or limit), which the tokenizer and parser then take from the start: every
+    error is theirs. Cost O(len(text)).
+    """
+    comparisons: list[Comparison] = []
+    match = _COMPARISON_RE.match
+    position = 0
+    while True:
+        m = match(text, position)
+        if m is None:
+            return None
+        name, op, value, negated, in_list, low, high, pattern, more = m.group(
+            "name", "op", "value", "not", "list", "low", "high", "pattern", "more")
+        if name[0] == "`":
+            attribute = name[1:-1].replace("``", "`")
+            if not attribute:
+                return None
+        elif name.lower() in _KEYWORDS:
+            return None
+        else:
+            attribute = name
+        try:
+            if op is not None:
+                op = _OP_SPELLING.get(op, op)
+                values: tuple[Value, ...] = (_literal(value, text),)
+            elif in_list is not None:
+                op = "in"
+                values = tuple(_literal(v, text) for v in _VALUE_RE.findall(text, *m.span("list")))
+                if len(values) > MAX_PREDICATES:
+                    return None
+            elif low is not None:
+                op, values = "between", (_literal(low, text), _literal(high, text))
+            else:
+                op, values = "like", (pattern[1:-1],)
+                _check_like_pattern(values[0], text, 0)
+            if negated:
+                op = _COMPLEMENT[op]
+            _check_types(attribute, op, values, text, 0)
+        except ExpressionError:
+            return None
+        comparisons.append(Comparison(attribute, op, values, m.start("name")))
+        if len(comparisons) > MAX_PREDICATES:
+            return None
+        if more is None:  # the match reached the end of the text
+            break
+        position = m.end()
+    return comparisons[0] if len(comparisons) == 1 else And(tuple(comparisons))
+
+
 # --------------------------------------------------------------------------- normal form
 
 
@@ -739,13 +838,17 @@ def _atomic_predicate(c: Comparison) -> Predicate:
     if op == "=":
         ivs = (_point(vals[0]),)
     elif op in ("in", "!=", "notin"):
-        ivs = _normalise_intervals([_point(v) for v in vals])
+        # distinct values (the common case) are points apart: sorting them is all the
+        # merge would do
+        ivs = (tuple(_point(v) for v in sorted(vals)) if len(set(vals)) == len(vals)
+               else _normalise_intervals([_point(v) for v in vals]))  # fmt: skip
     elif op in ("<", "<="):
         ivs = (Interval(None, False, vals[0], op == "<="),)
     elif op in (">", ">="):
         ivs = (Interval(vals[0], op == ">=", None, False),)
     elif op in ("between", "notbetween"):
-        ivs = _normalise_intervals([Interval(vals[0], True, vals[1], True)])
+        low, high = vals
+        ivs = () if low > high else (Interval(low, True, high, True),)  # type: ignore[operator]
     else:
         pattern = str(vals[0])
         if len(pattern) >= 2 and pattern.startswith("%") and pattern.endswith("%"):
@@ -828,6 +931,9 @@ class _Normaliser:
                 out.extend(self.dnf(child))
                 self.check_conjuncts(len(out), _first_position(child))
             return out
+        if len({c.attribute for c in expr.children if c.__class__ is Comparison}) == len(
+                expr.children):  # fmt: skip
+            return self.conjunction(expr.children)  # type: ignore[arg-type]
         result: list[_RawConjunct] = [{}]
         for child in expr.children:
             terms = self.dnf(child)
@@ -850,6 +956,27 @@ class _Normaliser:
                 self.check_conjuncts(len(combined), position)
             result = combined
         return result
+
+    def conjunction(self, comparisons: tuple[Comparison, ...]) -> list[_RawConjunct]:
+        """The DNF of a conjunction of comparisons on distinct attributes (the common
+        case): one conjunct of their predicates, or none if one of them is impossible.
+
+        What :meth:`dnf` builds for any conjunction, without its cross products and
+        merges, none of which has anything to combine here; it charges their steps all
+        the same, so that the step limit falls exactly where it would.
+        """
+        conjunct: _RawConjunct | None = {}
+        for c in comparisons:
+            self.charge(len(c.values) + 1, c.position)
+            p = self.finish(_atomic_predicate(c), c.position)
+            if conjunct is None:
+                continue  # the cross product with no conjunct left merges nothing
+            if p is None:
+                conjunct = None
+                continue
+            self.charge(len(conjunct) + 1, c.position)  # merge(conjunct, {attribute: p})
+            conjunct[c.attribute] = p
+        return [] if conjunct is None else [conjunct]
 
     def check_conjuncts(self, count: int, position: int) -> None:
         if count > MAX_CONJUNCTS:
@@ -956,7 +1083,7 @@ def parse_expression(text: str) -> Expression:
         raise ExpressionError(f"an expression must be a string, not {type(text).__name__}")
     if len(text) > MAX_TEXT:
         raise ExpressionLimitError(f"expression longer than {MAX_TEXT} characters")
-    return _Parser(text).parse()
+    return _parse_conjunction(text) or _Parser(text).parse()
 
 
 def parse_subscription(text: str) -> Subscription:
