@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from enum import IntEnum
 from itertools import product
+from operator import attrgetter
 
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
 
@@ -70,8 +72,14 @@ class Kind(IntEnum):
 Value = int | float | str | bool
 
 
+_KIND_OF_CLASS = {bool: Kind.BOOL, str: Kind.STRING, int: Kind.NUMBER, float: Kind.NUMBER}
+
+
 def kind_of(value: Value) -> Kind:
     """The kind of an (already validated) scalar value. Booleans are not numbers."""
+    kind = _KIND_OF_CLASS.get(value.__class__)  # the exact classes: one lookup
+    if kind is not None:
+        return kind
     if isinstance(value, bool):
         return Kind.BOOL
     if isinstance(value, str):
@@ -107,6 +115,12 @@ character no token starts with.
 """
 
 _KEYWORDS = frozenset({"and", "or", "not", "in", "between", "like", "true", "false"})
+_KEYWORD_SPELLINGS = frozenset(
+    "".join(letters)
+    for word in _KEYWORDS
+    for letters in product(*zip(word, word.upper(), strict=True))
+)
+"""Every spelling of every keyword (they are case-insensitive): one lookup, no lower()."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
 
 
@@ -228,6 +242,17 @@ def _tokenize(text: str) -> list[_Token]:
 # --------------------------------------------------------------------------- tree
 
 
+def _slot_setters(cls: type) -> tuple[Callable[[object, object], None], ...]:
+    """The setter of each field's slot of a frozen slots dataclass, in field order.
+
+    :class:`Comparison`, :class:`Interval` and :class:`Predicate`, built a few times per
+    comparison, store their fields with these in their own ``__init__``: the generated
+    one calls ``object.__setattr__`` by name for each field, which made their
+    construction a fifth of the cost of parsing a subscription.
+    """
+    return tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+
+
 @dataclass(frozen=True, slots=True)
 class Comparison:
     """One comparison as written: ``attribute op values``.
@@ -241,6 +266,14 @@ class Comparison:
     op: str
     values: tuple[Value, ...]
     position: int = 0
+
+    def __init__(self, attribute: str, op: str, values: tuple[Value, ...],
+                 position: int = 0) -> None:  # fmt: skip
+        set_attribute, set_op, set_values, set_position = _COMPARISON_SLOTS
+        set_attribute(self, attribute)
+        set_op(self, op)
+        set_values(self, values)
+        set_position(self, position)
 
     def evaluate(self, event: dict[str, Value]) -> bool | None:
         """Three-valued truth on a flattened event: ``None`` when unknown."""
@@ -269,6 +302,9 @@ class Comparison:
             return inside == (op == "between")
         assert op in ("like", "notlike")
         return _like(str(value), str(vals[0])) == (op == "like")
+
+
+_COMPARISON_SLOTS = _slot_setters(Comparison)
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,6 +532,8 @@ class _Parser:
 
 
 _BOOL_OPS = frozenset({"=", "!=", "in", "notin"})
+_ONE_KIND_NOT_BOOL = frozenset(map(frozenset, ({int}, {float}, {int, float}, {str})))
+"""The classes of values that are all of one kind, not booleans: any operator takes them."""
 
 
 def _check_like_pattern(pattern: str, text: str, position: int) -> None:
@@ -517,6 +555,8 @@ def _check_like_pattern(pattern: str, text: str, position: int) -> None:
 
 def _check_types(attribute: str, op: str, values: tuple[Value, ...], text: str, pos: int) -> None:
     if len(values) == 1 and (op in _BOOL_OPS or values[0].__class__ is not bool):
+        return
+    if frozenset(map(type, values)) in _ONE_KIND_NOT_BOOL:
         return
     kinds = {kind_of(v) for v in values}
     if len(kinds) > 1:
@@ -554,7 +594,8 @@ _COMPARISON_RE = re.compile(
     """,
     re.VERBOSE,
 )
-"""One comparison of a conjunction and the ``and`` after it (or the end of the text).
+"""One comparison of a conjunction and the ``and`` after it (or the end of the text). Its
+groups, in order: name, op, value, not, list, low, high, pattern, more.
 
 Built from the tokens of :data:`_TOKEN_RE` so that whatever it matches, the tokenizer
 splits into the same tokens: keywords stand between whitespace (or before ``(``), values
@@ -562,16 +603,18 @@ before whitespace, a comma, a closing parenthesis or the end, and strings hold n
 """
 
 
-def _literal(lexeme: str, text: str) -> Value:
-    """The value of a literal matched by :data:`_VALUE`, as the tokenizer reads it."""
+def _literal(lexeme: str) -> Value:
+    """The value of a literal matched by :data:`_VALUE`, as the tokenizer reads it; an
+    :class:`ExpressionError` for a number out of range (the parser's to report, with its
+    position: the caller falls back to it)."""
+    if lexeme.isdigit() and len(lexeme) <= 18:  # ASCII digits only, as _VALUE matched
+        return int(lexeme)
     first = lexeme[0]
     if first == "'" or first == '"':
         return lexeme[1:-1]
     if first in "tTfF":
         return lexeme.lower() == "true"
-    if len(lexeme) <= 18 and "." not in lexeme and "e" not in lexeme and "E" not in lexeme:
-        return int(lexeme)
-    return _number(lexeme, text, 0)
+    return _number(lexeme, lexeme, 0)
 
 
 def _parse_conjunction(text: str) -> Expression | None:
@@ -590,27 +633,26 @@ def _parse_conjunction(text: str) -> Expression | None:
         m = match(text, position)
         if m is None:
             return None
-        name, op, value, negated, in_list, low, high, pattern, more = m.group(
-            "name", "op", "value", "not", "list", "low", "high", "pattern", "more")
+        name, op, value, negated, in_list, low, high, pattern, more = m.groups()
         if name[0] == "`":
             attribute = name[1:-1].replace("``", "`")
             if not attribute:
                 return None
-        elif name.lower() in _KEYWORDS:
+        elif name in _KEYWORD_SPELLINGS:
             return None
         else:
             attribute = name
         try:
             if op is not None:
                 op = _OP_SPELLING.get(op, op)
-                values: tuple[Value, ...] = (_literal(value, text),)
+                values: tuple[Value, ...] = (_literal(value),)
             elif in_list is not None:
                 op = "in"
-                values = tuple(_literal(v, text) for v in _VALUE_RE.findall(text, *m.span("list")))
+                values = tuple(map(_literal, _VALUE_RE.findall(text, *m.span(5))))
                 if len(values) > MAX_PREDICATES:
                     return None
             elif low is not None:
-                op, values = "between", (_literal(low, text), _literal(high, text))
+                op, values = "between", (_literal(low), _literal(high))
             else:
                 op, values = "like", (pattern[1:-1],)
                 _check_like_pattern(values[0], text, 0)
@@ -619,7 +661,7 @@ def _parse_conjunction(text: str) -> Expression | None:
             _check_types(attribute, op, values, text, 0)
         except ExpressionError:
             return None
-        comparisons.append(Comparison(attribute, op, values, m.start("name")))
+        comparisons.append(Comparison(attribute, op, values, m.start(1)))
         if len(comparisons) > MAX_PREDICATES:
             return None
         if more is None:  # the match reached the end of the text
@@ -640,6 +682,14 @@ class Interval:
     hi: Value | None
     hi_closed: bool
 
+    def __init__(self, lo: Value | None, lo_closed: bool, hi: Value | None,
+                 hi_closed: bool) -> None:  # fmt: skip
+        set_lo, set_lo_closed, set_hi, set_hi_closed = _INTERVAL_SLOTS
+        set_lo(self, lo)
+        set_lo_closed(self, lo_closed)
+        set_hi(self, hi)
+        set_hi_closed(self, hi_closed)
+
     def contains(self, value: Value) -> bool:
         if self.lo is not None and (value < self.lo or (value == self.lo and not self.lo_closed)):  # type: ignore[operator]
             return False
@@ -652,6 +702,7 @@ class Interval:
         return self.lo is not None and self.lo == self.hi and self.lo_closed and self.hi_closed
 
 
+_INTERVAL_SLOTS = _slot_setters(Interval)
 _EVERYTHING = (Interval(None, False, None, False),)
 
 
@@ -680,6 +731,14 @@ class Predicate:
     kind: Kind
     intervals: tuple[Interval, ...]
     patterns: tuple[Pattern, ...] = ()
+
+    def __init__(self, attribute: str, kind: Kind, intervals: tuple[Interval, ...],
+                 patterns: tuple[Pattern, ...] = ()) -> None:  # fmt: skip
+        set_attribute, set_kind, set_intervals, set_patterns = _PREDICATE_SLOTS
+        set_attribute(self, attribute)
+        set_kind(self, kind)
+        set_intervals(self, intervals)
+        set_patterns(self, patterns)
 
     def test(self, value: Value) -> bool:
         """Truth for a value already known to be of ``kind``.
@@ -721,6 +780,9 @@ class Predicate:
         else:
             rank = 4 if len(ivs) == 2 else 5
         return rank, len(ivs)
+
+
+_PREDICATE_SLOTS = _slot_setters(Predicate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -890,6 +952,7 @@ def _first_position(expr: Expression) -> int:
 
 
 _RawConjunct = dict[str, Predicate]
+_BY_ATTRIBUTE = attrgetter("attribute")
 
 
 class _Normaliser:
@@ -967,15 +1030,17 @@ class _Normaliser:
         """
         conjunct: _RawConjunct | None = {}
         for c in comparisons:
-            self.charge(len(c.values) + 1, c.position)
             p = self.finish(_atomic_predicate(c), c.position)
-            if conjunct is None:
-                continue  # the cross product with no conjunct left merges nothing
-            if p is None:
-                conjunct = None
-                continue
-            self.charge(len(conjunct) + 1, c.position)  # merge(conjunct, {attribute: p})
-            conjunct[c.attribute] = p
+            # dnf(c)'s steps, then merge(conjunct, {attribute: p})'s unless there is no
+            # conjunct left to merge with; charged at once, as all are at c's position
+            steps = len(c.values) + 1
+            if conjunct is not None:
+                if p is None:
+                    conjunct = None
+                else:
+                    steps += len(conjunct) + 1
+                    conjunct[c.attribute] = p
+            self.charge(steps, c.position)
         return [] if conjunct is None else [conjunct]
 
     def check_conjuncts(self, count: int, position: int) -> None:
@@ -1097,7 +1162,7 @@ def parse_subscription(text: str) -> Subscription:
     expression = parse_expression(text)
     raw = _Normaliser(text).dnf(expression)
     conjuncts = tuple(
-        Conjunct(tuple(sorted(c.values(), key=lambda p: p.attribute))) for c in raw
+        Conjunct(tuple(sorted(c.values(), key=_BY_ATTRIBUTE))) for c in raw
     )
     if not conjuncts:
         raise UnsatisfiableError(f"the expression can never be true: {text!r}", text)

@@ -37,6 +37,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring as _encode_string
 from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
@@ -298,12 +299,20 @@ class SubscriptionRecord:
         return dumps_record(self.expr, self.subscriber, self.extra)
 
 
+# built once: json.dumps(obj, **options) would build an encoder per call
+_STORED_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+_VALUE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
 def dumps_record(expr: str, subscriber: str, extra: Mapping[str, Any]) -> str:
-    """The canonical JSON text a subscription is stored as (decoder :func:`load_stored`)."""
-    return json.dumps(
-        {"expr": expr, "subscriber": subscriber, "extra": dict(extra)},
-        separators=(",", ":"), sort_keys=True, ensure_ascii=False,
-    )  # fmt: skip
+    """The canonical JSON text a subscription is stored as (decoder :func:`load_stored`):
+    ``{"expr":...,"extra":...,"subscriber":...}``, keys sorted at every level, compact,
+    not ASCII-escaped. The outer object is written here, in its sorted order, each string
+    as the encoder writes it, so that only ``extra`` goes through the encoder (it is
+    often empty)."""
+    return (f'{{"expr":{_encode_string(expr)},'
+            f'"extra":{_STORED_ENCODER.encode(dict(extra)) if extra else "{}"},'
+            f'"subscriber":{_encode_string(subscriber)}}}')  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,10 +327,8 @@ class SubscriptionChange:
 
 def subscription_value(expr: str, subscriber: str, extra: Mapping[str, Any]) -> bytes:
     """The value of a subscriptions-topic record (what ``psmatch subscribe`` sends)."""
-    return json.dumps(
-        {**extra, "expr": expr, "subscriber": subscriber},
-        separators=(",", ":"), ensure_ascii=False,
-    ).encode("utf-8", errors="surrogatepass")  # a lone surrogate is the decoder's to refuse
+    return _VALUE_ENCODER.encode({**extra, "expr": expr, "subscriber": subscriber}).encode(
+        "utf-8", errors="surrogatepass")  # a lone surrogate is the decoder's to refuse
 
 
 def _parse_expression(expr: str) -> Subscription:

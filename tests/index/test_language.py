@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from index import make_matcher
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
 from index.events import flatten_event
 from index.language import (
     MAX_CONJUNCTS,
+    Comparison,
     Interval,
     Kind,
+    Predicate,
+    _Normaliser,
+    _parse_conjunction,
+    _Parser,
     parse_expression,
     parse_subscription,
 )
+from tests.index.strategies import comparisons
 
 
 def only_predicates(text: str):
@@ -187,3 +197,102 @@ def test_only_ascii_digits_form_numbers(text, position):
         parse_subscription(text)
     assert info.value.position == position
     assert "unexpected" in str(info.value)
+
+
+# -- the fast paths: a conjunction of comparisons, parsed and normalised without the
+# general machinery, must give what the general machinery gives, or leave it the text
+
+SEPARATORS = [" and ", " AND ", "\tand\n", "  And  ", " and", "and ", " or ", " and not "]
+NOISE = [*"`'\"\\ ()=<>!,-+.0123456789eE%_a", " and ", " in ", " not ", " between ", " like ",
+         " true", "\u00e9", "\uff11", "\\u"]
+
+
+def general_parse(text: str) -> str:
+    """What the tokenizer and parser make of ``text``: the tree's repr (which tells 1
+    from 1.0 and True), or the error's type, message and position."""
+    try:
+        return repr(_Parser(text).parse())
+    except ExpressionError as error:
+        return f"{type(error).__name__} at {error.position}: {error}"
+
+
+@st.composite
+def conjunction_texts(draw: st.DrawFn) -> str:
+    """Conjunctions of random comparisons (every operator and kind), joined in several
+    spellings, sometimes with a character inserted or removed somewhere."""
+    parts = draw(st.lists(comparisons(), min_size=1, max_size=6))
+    text = parts[0] + "".join(draw(st.sampled_from(SEPARATORS)) + p for p in parts[1:])
+    text = draw(st.sampled_from(["", " ", "\n"])) + text + draw(st.sampled_from(["", " "]))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(text)))
+        cut = draw(st.integers(0, 2))
+        text = text[:at] + draw(st.sampled_from(["", *NOISE])) + text[at + cut:]
+    return text
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(conjunction_texts())
+def test_the_conjunction_fast_path_builds_the_parsers_tree_or_leaves_it_the_text(text):
+    fast = _parse_conjunction(text)
+    if fast is not None:
+        assert repr(fast) == general_parse(text)
+
+
+def test_the_conjunction_fast_path_takes_every_operator_kind_and_spelling():
+    text = ("a = 1 AND b <> -2.5e3 and c not in ('x', \"y\") and d between 1 and 2 and "
+            "e NOT like '%son' and `odd ``name` == true and f.g in (1.5, 2) and s like 'ab%' "
+            "and h not between 'a' and 'b' and i >= 99999999999999999 and j < .5")
+    fast = _parse_conjunction(text)
+    assert fast is not None
+    assert repr(fast) == general_parse(text)
+    assert [c.op for c in fast.children] == [  # type: ignore[union-attr]
+        "=", "!=", "notin", "between", "notlike", "=", "in", "like", "notbetween", ">=", "<"]
+
+
+@pytest.mark.parametrize("text", [
+    "a = 1 or b = 2", "not a = 1", "(a = 1)", "a = 'it\\'s'", "and = 1", "a = 1 and",
+    "a = 1and b = 2", "a in (1, 'x')", "f < true", "a = 99999999999999999999", "a = 1e999",
+    "s like 'a%b'", "`` = 1", "a = truex", "a = 1 b = 2", "", "Or = 1", "TRUE = 1",
+    "b = 1 and between in (1)", "a in (1) and LIKE = 'x'",
+    f"a in ({', '.join(map(str, range(257)))})",  # past the limits: the parser says so
+    " and ".join(f"a{k} = {k}" for k in range(257)),
+])
+def test_the_conjunction_fast_path_leaves_other_texts_and_every_error_to_the_parser(text):
+    assert _parse_conjunction(text) is None
+
+
+def normal_form(text: str) -> tuple[str, int]:
+    """The normal form of ``text`` (or the error's type) and the steps it charged."""
+    normaliser = _Normaliser(text)
+    try:
+        conjuncts = normaliser.dnf(parse_expression(text))
+    except ExpressionError as error:
+        return type(error).__name__, normaliser.steps
+    return repr([sorted(c.items()) for c in conjuncts]), normaliser.steps
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(comparisons(), min_size=2, max_size=6))
+def test_a_conjunction_of_comparisons_normalises_as_the_general_case_with_the_same_steps(parts):
+    # ``not not`` before the last comparison makes the same conjunction, which the
+    # fast path does not take (one child is not a comparison)
+    fast = " and ".join(parts)
+    general = " and ".join([*parts[:-1], f"not not {parts[-1]}"])
+    assert normal_form(fast) == normal_form(general)
+
+
+@pytest.mark.parametrize("cls", [Comparison, Interval, Predicate])
+def test_the_hand_written_constructors_take_every_field_as_the_generated_ones_would(cls):
+    names = [f.name for f in dataclasses.fields(cls)]
+    parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    assert [p.name for p in parameters] == names
+    assert [p.default for p in parameters] == [
+        inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(cls)
+    ]
+    values = [object() for _ in names]
+    made = cls(*values)
+    assert [getattr(made, name) for name in names] == values
+    assert cls(**dict(zip(names, values, strict=True))) == made
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, names[0], None)

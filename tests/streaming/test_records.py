@@ -10,6 +10,8 @@ import pickle
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from index import make_matcher
 from index.events import MAX_DEPTH, flatten_event
@@ -22,6 +24,7 @@ from streaming.records import (
     SINK_RECORD_LIMIT,
     RecordError,
     RecordLimits,
+    dumps_record,
     event_id,
     load_stored,
     nesting_depth,
@@ -64,6 +67,26 @@ def test_a_valid_subscription_keeps_extra_fields_and_its_parsed_expression() -> 
     }  # fmt: skip
     assert change.record.subscription.evaluate({"price": 5})
     assert load_stored(change.stored) == change.record
+
+
+STRINGS = st.text(alphabet=st.characters(codec="utf-8"), max_size=8) | st.sampled_from(
+    ["", "é", "\x00\x1f\x7f", '"\\', "\u2028", "\U0001F600"])
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(2**63, 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False) | STRINGS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(STRINGS, inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(STRINGS, STRINGS, st.dictionaries(STRINGS, JSON, max_size=4))
+def test_the_stored_form_is_the_canonical_json_of_the_three_fields(expr, subscriber, extra):
+    # sorted keys at every level, compact, not ASCII-escaped: what json.dumps writes
+    assert dumps_record(expr, subscriber, extra) == json.dumps(
+        {"expr": expr, "subscriber": subscriber, "extra": extra},
+        separators=(",", ":"), sort_keys=True, ensure_ascii=False,
+    )  # fmt: skip
 
 
 def test_subscriber_defaults_to_the_id_and_null_deletes() -> None:
