@@ -34,7 +34,7 @@ class ScanMatcher(Matcher):
         items = self._subscriptions.items()
         return [[slot for slot, sub in items if sub.evaluate(event)] for event in events]
 
-    def stats(self) -> MatcherStats:
+    def _stats(self) -> MatcherStats:
         subs = self._subscriptions.values()
         conjuncts = sum(len(s.conjuncts) for s in subs)
         predicates = sum(s.predicate_count for s in subs)
@@ -42,7 +42,7 @@ class ScanMatcher(Matcher):
         # per predicate and conjunct.
         return MatcherStats(len(subs), conjuncts, predicates, 0, 200 * (conjuncts + predicates))
 
-    def check(self) -> None:
+    def _check(self) -> None:
         assert set(self._subscriptions) == set(self._slot_of.values())
         for slot, sub in self._subscriptions.items():
             assert sub.conjuncts, f"slot {slot} has no conjunct"

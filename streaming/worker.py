@@ -206,7 +206,8 @@ class WorkerIndex:
         that finds the culprit when a bulk :meth:`apply` raised."""
         try:
             record = load_stored(stored)
-            self.matcher.add(sub_id, record.subscription)
+            # add_many files before it returns (add would stage): a culprit raises here
+            self.matcher.add_many([(sub_id, record.subscription)])
         except Exception as exc:  # the per-record barrier; no I/O inside
             self.delete(sub_id)
             log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))

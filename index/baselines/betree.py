@@ -653,8 +653,8 @@ class BETreeMatcher(ForestMatcher):
         return (600 * len(nodes) + 120 * pnodes + 60 * members + 300 * gates
                 + 100 * len(self._gate_of))
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         assert self.registry.live == len(self._node_of)
         seen = self._check_node(self.root)
         assert seen == self.registry.live, "conjuncts missing from the tree"

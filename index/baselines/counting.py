@@ -73,8 +73,8 @@ class CountingMatcher(TwoPhaseMatcher):
     def _structure_bytes(self) -> int:
         return self.predicates.nbytes + self.associations.nbytes + self._conjunct_bytes()
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         self.predicates.check(self._live_predicates())
         self.associations.check()
         pid_of = self.predicates.pid_of

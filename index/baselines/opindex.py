@@ -459,8 +459,8 @@ class OpIndexMatcher(ForestMatcher):
                      + self.signature.nbytes + 100 * len(self._rows))
         return int(lists + level1 + directory)
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         store, alive = self.store, self.registry.alive
         block, _, offset, cid = self._all_entries()
         live_entry = alive.data[cid]

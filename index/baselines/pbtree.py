@@ -161,8 +161,8 @@ class PBTreeMatcher(TwoPhaseMatcher):
     def _structure_bytes(self) -> int:
         return self._conjunct_bytes() + sum(t.nbytes for t in self.trees)
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         alive = self.registry.alive.data
         want: dict[tuple[int, str], list[tuple[Value, int]]] = {}
         want_ne: dict[int, Counter[int]] = {}

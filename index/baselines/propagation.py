@@ -173,8 +173,8 @@ class PropagationMatcher(TwoPhaseMatcher):
         return int(self.predicates.nbytes + self._conjunct_bytes() + self.satisfied_count.nbytes
                    + self._bits.nbytes + sum(t.nbytes for t in self.clusters.values()))
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         self.predicates.check(self._live_predicates())
         alive = self.registry.alive.data
         rows = {}

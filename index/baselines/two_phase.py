@@ -134,8 +134,8 @@ class TwoPhaseMatcher(IndexedMatcher):
             if conjunct is not None:
                 yield cid, decompose_conjunct(conjunct)[0]
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         alive = self.registry.alive.view()
         size = self.size.view()
         assert len(self.conjuncts) == len(alive) == len(size)

@@ -132,12 +132,12 @@ class IndexedMatcher(Matcher):
 
     # -- bookkeeping -------------------------------------------------------------------
 
-    def stats(self) -> MatcherStats:
+    def _stats(self) -> MatcherStats:
         registry = self.registry
         return MatcherStats(len(self), registry.live, registry.live_predicates,
                             self._spaces(), registry.nbytes + self._structure_bytes())
 
-    def check(self) -> None:
+    def _check(self) -> None:
         self.registry.check(list(self._slot_of.values()))
 
     def _spaces(self) -> int:

@@ -110,8 +110,8 @@ class ForestMatcher(IndexedMatcher):
         return (self.forest.nbytes + self.store.nbytes + self._family_bytes()
                 + sum(m.nbytes for m in self._posting_maps()))
 
-    def check(self) -> None:
-        super().check()
+    def _check(self) -> None:
+        super()._check()
         self.forest.check()
         self.store.check()
 

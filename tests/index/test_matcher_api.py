@@ -39,6 +39,23 @@ def test_add_match_replace_remove(matcher):
         matcher.remove("books")
 
 
+def test_staged_adds_are_seen_by_every_read(matcher):
+    """``add`` stages and the next read files: no read may see the index without them."""
+    matcher.add("a", "x = 1")
+    matcher.add("a", "x = 2")  # replaces a staged subscription
+    matcher.add("b", "x = 2")
+    assert len(matcher) == 2 and "a" in matcher
+    assert matcher.match({"x": 2}) == {"a", "b"}
+    matcher.add("c", "x = 3")
+    matcher.remove("c")  # removes a staged subscription
+    matcher.add("d", "x = 3")
+    assert matcher.stats().subscriptions == 3
+    matcher.check()
+    matcher.add("e", "x = 3")
+    matcher.add_many([("f", "x = 3")])
+    assert matcher.match_batch([{"x": 1}, {"x": 3}]) == [set(), {"d", "e", "f"}]
+
+
 def test_a_bad_expression_leaves_the_index_unchanged(matcher):
     matcher.add("s", "a = 1")
     with pytest.raises(ExpressionError):

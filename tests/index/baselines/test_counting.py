@@ -97,6 +97,7 @@ def test_removed_conjuncts_never_complete_and_are_purged_in_bulk(monkeypatch) ->
     m.check()
     assert m.registry.awaiting_reclaim == 0 and len(m.associations) == 8
     m.add("new", "x = 0")
+    m.check()  # files the staged add
     assert m.registry.cids_of(m._slot_of["new"])[0] < 8  # a purged cid is reused
     assert m.match({"x": 0, "y": 100}) == {4, 6, "new"}
     m.check()

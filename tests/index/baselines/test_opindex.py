@@ -40,6 +40,7 @@ def test_pivot_is_the_least_frequent_attribute_in_the_event_stream() -> None:
     matcher, _ = build({"x": "a = 1 and b = 1"})
     matcher.match_batch([{"a": 1, "b": 1}, {"b": 2}, {"b": 3}])  # b is frequent, a rare
     matcher.add("y", "a = 2 and b = 2")
+    matcher.check()
     (cid,) = matcher.registry.cids_of(matcher._slot_of["y"])
     assert matcher.pivot.data[cid] == tree(matcher, "a")
 

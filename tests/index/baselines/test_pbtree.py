@@ -59,6 +59,7 @@ def test_strings_and_booleans_have_their_own_trees() -> None:
     m = PBTreeMatcher()
     m.add("p", "s like 'ab%' and f = true")
     m.add("q", "s = 'ab'")
+    m.check()
     assert set(m.tree_of) == {("s", Kind.STRING), ("f", Kind.BOOL)}
     assert m.match_batch([{"s": "abc", "f": True}, {"s": "ab", "f": 1}, {"s": "ac"}]) == [
         {"p"}, {"q"}, set()]
@@ -89,6 +90,7 @@ def test_deleted_entries_stay_until_the_bulk_purge(monkeypatch) -> None:
     m.check()
     assert len(tree.leaf) == len(tree.greater) == len(tree.inequality) == 3
     m.add("new", "x >= 0")
+    m.check()
     assert m.registry.cids_of(m._slot_of["new"])[0] < 6  # a purged cid is reused
     assert m.match({"x": 9}) == {3, 4, 5, "new"}
     m.check()

@@ -9,6 +9,7 @@ from index.baselines.propagation import PropagationMatcher
 
 def filed(m: PropagationMatcher, sub_id: object) -> tuple[int, object, list[object]]:
     """(cluster width, access predicate, other predicates) of a one-conjunct id."""
+    m.check()  # files staged adds
     (cid,) = m.registry.cids_of(m._slot_of[sub_id])
     m._prepare()
     for width, table in m.clusters.items():
