@@ -12,12 +12,15 @@ steps:
 2. ``match_batch`` of those events (counted: *match*);
 3. ``--adds`` single ``add`` calls of new pre-parsed subscriptions (counted: *adds*);
 4. ``match_batch`` of the same events again (counted: *match after*): the adds' work
-   deferred to the next match (columns appended lazily, structures rebuilt) is
-   *match after* - *match*.
+   deferred to the next match (columns appended lazily, adds staged, structures
+   rebuilt) is *match after* - *match*;
+5. ``--adds`` more single adds, each followed by ``match`` of one event (counted), then
+   as many of those matches alone (counted): the difference is the cost of an add
+   that the very next call reads, so nothing deferred is shared between adds.
 
 Reported per revision and matcher: instructions per add, deferred instructions per add,
-their sum, and instructions per matched event. Needs Debian's ``valgrind`` (with
-``valgrind/callgrind.h``) and ``gcc``; each run takes 30-60 s.
+their sum, the cost of an add read at once, and instructions per matched event. Needs
+Debian's ``valgrind`` (with ``valgrind/callgrind.h``) and ``gcc``; each run takes 30-60 s.
 
     .venv/bin/python bench/bench_instructions.py --revisions 76f7538 HEAD
 """
@@ -49,7 +52,7 @@ from index.begen import BEGenParams, generate
 from index.language import parse_subscription
 name, n, e, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 toggle = ctypes.CDLL(sys.argv[5])
-w = generate(BEGenParams(subscriptions=n + k, events=2 * e, seed=7))
+w = generate(BEGenParams(subscriptions=n + 2 * k, events=2 * e, seed=7))
 subs = [(i, parse_subscription(t)) for i, t in w.subscriptions]
 matcher = make_matcher(name)
 matcher.add_many(subs[:n])
@@ -59,18 +62,25 @@ matcher.match_batch(events)
 toggle.start()
 matcher.match_batch(events)
 toggle.dump()
-for sid, sub in subs[n:]:
+for sid, sub in subs[n:n + k]:
     matcher.add(sid, sub)
 toggle.dump()
 matcher.match_batch(events)
+toggle.dump()
+for sid, sub in subs[n + k:]:
+    matcher.add(sid, sub)
+    matcher.match(events[0])
+toggle.dump()
+for _ in range(k):
+    matcher.match(events[0])
 toggle.dump()
 """
 
 
 def _totals(out: Path) -> list[int]:
-    """The instruction totals of dumps 1, 2 and 3 of one callgrind run."""
+    """The instruction totals of dumps 1 to 5 of one callgrind run."""
     totals = []
-    for part in (1, 2, 3):
+    for part in range(1, 6):
         text = Path(f"{out}.{part}").read_text()
         totals.append(int(next(line.split()[1] for line in text.splitlines()
                                if line.startswith("totals:"))))
@@ -87,10 +97,11 @@ def measure(worktree: Path, matcher: str, args: argparse.Namespace, library: Pat
          str(args.adds), str(library)],
         cwd=worktree, env=env, check=True, capture_output=True,
     )  # fmt: skip
-    match, adds, match_after = _totals(out)
+    match, adds, match_after, read_adds, reads = _totals(out)
     per_add = adds / args.adds
     deferred = (match_after - match) / args.adds
     return {"add": per_add, "deferred": deferred, "add + deferred": per_add + deferred,
+            "add read at once": (read_adds - reads) / args.adds,
             "match per event": match / args.events}
 
 
@@ -117,13 +128,14 @@ def main(argv: list[str] | None = None) -> int:
             trees[revision] = tree
         try:
             print("| matcher | revision | add (M instr) | deferred | add + deferred "
-                  "| match per event (M instr) |")
-            print("|---|---|---:|---:|---:|---:|")
+                  "| add read at once | match per event (M instr) |")
+            print("|---|---|---:|---:|---:|---:|---:|")
             for matcher in args.matchers.split(","):
                 for revision, tree in trees.items():
                     r = measure(tree, matcher, args, library, scratch)
                     print(f"| {matcher} | {revision} | {r['add'] / 1e6:.3f} | "
                           f"{r['deferred'] / 1e6:.3f} | {r['add + deferred'] / 1e6:.3f} | "
+                          f"{r['add read at once'] / 1e6:.3f} | "
                           f"{r['match per event'] / 1e6:.3f} |", flush=True)
         finally:
             for tree in trees.values():
