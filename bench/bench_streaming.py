@@ -118,6 +118,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=60, help="seconds of the latency phase")
     ap.add_argument("--trigger", type=float, default=1.0)
     ap.add_argument("--matcher", default="psthash")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="subscription shards (streaming.shards): one index per shard")
     ap.add_argument("--max-offsets-per-trigger", type=int, default=0)
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--redis-url")
@@ -155,6 +157,7 @@ def main() -> int:
         checkpoint_location=str(work / "checkpoint"),
         trigger_seconds=args.trigger,
         matcher=args.matcher,
+        shards=args.shards,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         spark_master="local[*]",
     )
@@ -162,6 +165,7 @@ def main() -> int:
     params = json.loads((work / "workload" / "params.json").read_text())
     results: dict[str, Any] = {
         "subscriptions": len(subs), "matcher": args.matcher, "trigger_s": args.trigger,
+        "shards": args.shards,
         "matching_probability": params.get("matching_probability", "default"),
     }  # fmt: skip
     spark = build_spark(config, app_name="psmatch-bench", **{"spark.ui.enabled": "false"})
@@ -398,7 +402,8 @@ Written by `bench/bench_streaming.py --write-table` ({when}), from the command:
 
 {r["subscriptions"]:,} BE-Gen subscriptions, matching probability
 {r["matching_probability"]} (~{r["matches_per_event"]:,.1f} notifications per event),
-matcher `{r["matcher"]}`, trigger {r["trigger_s"]} s, Spark `local[*]` on this 2-core
+matcher `{r["matcher"]}` in {r["shards"]} shard(s), trigger {r["trigger_s"]} s, Spark
+`local[*]` on this 2-core
 machine (shared with other work while it ran: load average {load} over 1, 5 and 15 min at
 the end), one Kafka broker and one Redis on loopback.
 The ceiling is the same backlog drained in the same run by a streaming query with no
@@ -434,8 +439,8 @@ def render(r: dict[str, Any]) -> str:
 Measured with `bench/bench_streaming.py` on this 2-core / 24 GiB machine (Spark local[*],
 one Kafka broker, one Redis, all on loopback), {r["subscriptions"]:,} BE-Gen subscriptions
 (matching probability {r["matching_probability"]}, i.e. ~{r["matches_per_event"]:,.0f} notifications
-per event), matcher `{r["matcher"]}`, trigger {r["trigger_s"]} s. Latency is sampled on every
-10th notification as it arrives at a consumer.
+per event), matcher `{r["matcher"]}` in {r["shards"]} shard(s), trigger {r["trigger_s"]} s.
+Latency is sampled on every 10th notification as it arrives at a consumer.
 
 | phase | figure |
 | --- | --- |
