@@ -645,7 +645,9 @@ def _parse_conjunction(text: str) -> Expression | None:
         try:
             if op is not None:
                 op = _OP_SPELLING.get(op, op)
-                values: tuple[Value, ...] = (_literal(value),)
+                # inlined: _literal's first case, the most common value
+                values: tuple[Value, ...] = (
+                    (int(value),) if value.isdigit() and len(value) <= 18 else (_literal(value),))
             elif in_list is not None:
                 op = "in"
                 values = tuple(map(_literal, _VALUE_RE.findall(text, *m.span(5))))
@@ -658,7 +660,8 @@ def _parse_conjunction(text: str) -> Expression | None:
                 _check_like_pattern(values[0], text, 0)
             if negated:
                 op = _COMPLEMENT[op]
-            _check_types(attribute, op, values, text, 0)
+            if len(values) > 1 or values[0].__class__ is bool:  # else nothing to check
+                _check_types(attribute, op, values, text, 0)
         except ExpressionError:
             return None
         comparisons.append(Comparison(attribute, op, values, m.start(1)))
@@ -887,51 +890,54 @@ def _atomic_predicate(c: Comparison) -> Predicate:
 
     Cost O(v log v) for the v values of an ``in`` list, O(1) otherwise.
     """
-    kind = kind_of(c.values[0])
-    op, vals = c.op, c.values
-    patterns: tuple[Pattern, ...] = ()
-    if kind is Kind.BOOL:
+    attribute, op, vals = c.attribute, c.op, c.values
+    kind = kind_of(vals[0])
+    if vals[0].__class__ is bool:  # kind is Kind.BOOL (bool has no subclass), but quicker
         # Booleans form the finite domain {False, True}: complements stay inside it.
         chosen = set(vals)
         if op in ("!=", "notin"):
             chosen = {False, True} - chosen
-        ivs = tuple(_point(v) for v in sorted(chosen))
-        return Predicate(c.attribute, kind, ivs)
+        return Predicate(attribute, kind, tuple(_point(v) for v in sorted(chosen)))
     if op == "=":
-        ivs = (_point(vals[0]),)
-    elif op in ("in", "!=", "notin"):
+        return Predicate(attribute, kind, (_point(vals[0]),))
+    if op in ("<", "<="):
+        return Predicate(attribute, kind, (Interval(None, False, vals[0], op == "<="),))
+    if op in (">", ">="):
+        return Predicate(attribute, kind, (Interval(vals[0], op == ">=", None, False),))
+    if op in ("like", "notlike"):
+        return _like_predicate(attribute, kind, op, str(vals[0]))
+    if op in ("in", "!=", "notin"):
         # distinct values (the common case) are points apart: sorting them is all the
         # merge would do
         ivs = (tuple(_point(v) for v in sorted(vals)) if len(set(vals)) == len(vals)
                else _normalise_intervals([_point(v) for v in vals]))  # fmt: skip
-    elif op in ("<", "<="):
-        ivs = (Interval(None, False, vals[0], op == "<="),)
-    elif op in (">", ">="):
-        ivs = (Interval(vals[0], op == ">=", None, False),)
-    elif op in ("between", "notbetween"):
+    else:  # between, notbetween
         low, high = vals
         ivs = () if low > high else (Interval(low, True, high, True),)  # type: ignore[operator]
-    else:
-        pattern = str(vals[0])
-        if len(pattern) >= 2 and pattern.startswith("%") and pattern.endswith("%"):
-            ivs, patterns = _EVERYTHING, (Pattern("contains", pattern[1:-1], op == "notlike"),)
-        elif pattern.startswith("%"):
-            ivs, patterns = _EVERYTHING, (Pattern("suffix", pattern[1:], op == "notlike"),)
-        elif pattern.endswith("%"):
-            prefix = pattern[:-1]
-            ivs = (Interval(prefix, True, _prefix_successor(prefix), False),)
-        else:
-            ivs = (_point(pattern),)
-        if patterns and not patterns[0].text:
-            # '%' and '%%' hold for every string; their negation for none.
-            ivs = () if op == "notlike" else _EVERYTHING
-            patterns = ()
-        elif op == "notlike" and not patterns:
-            ivs = _complement(ivs)
-        return Predicate(c.attribute, kind, ivs, patterns)
     if op in ("!=", "notin", "notbetween"):
         ivs = _complement(ivs)
-    return Predicate(c.attribute, kind, ivs)
+    return Predicate(attribute, kind, ivs)
+
+
+def _like_predicate(attribute: str, kind: Kind, op: str, pattern: str) -> Predicate:
+    """The predicate of ``attribute like pattern`` (``op`` ``like`` or ``notlike``)."""
+    patterns: tuple[Pattern, ...] = ()
+    if len(pattern) >= 2 and pattern.startswith("%") and pattern.endswith("%"):
+        ivs, patterns = _EVERYTHING, (Pattern("contains", pattern[1:-1], op == "notlike"),)
+    elif pattern.startswith("%"):
+        ivs, patterns = _EVERYTHING, (Pattern("suffix", pattern[1:], op == "notlike"),)
+    elif pattern.endswith("%"):
+        prefix = pattern[:-1]
+        ivs = (Interval(prefix, True, _prefix_successor(prefix), False),)
+    else:
+        ivs = (_point(pattern),)
+    if patterns and not patterns[0].text:
+        # '%' and '%%' hold for every string; their negation for none.
+        ivs = () if op == "notlike" else _EVERYTHING
+        patterns = ()
+    elif op == "notlike" and not patterns:
+        ivs = _complement(ivs)
+    return Predicate(attribute, kind, ivs, patterns)
 
 
 def _negate(expr: Expression) -> Expression:
@@ -1030,7 +1036,9 @@ class _Normaliser:
         """
         conjunct: _RawConjunct | None = {}
         for c in comparisons:
-            p = self.finish(_atomic_predicate(c), c.position)
+            p: Predicate | None = _atomic_predicate(c)
+            if p.patterns or not p.intervals:  # else finish(p) is p
+                p = self.finish(p, c.position)
             # dnf(c)'s steps, then merge(conjunct, {attribute: p})'s unless there is no
             # conjunct left to merge with; charged at once, as all are at c's position
             steps = len(c.values) + 1

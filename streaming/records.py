@@ -306,13 +306,39 @@ _VALUE_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 def dumps_record(expr: str, subscriber: str, extra: Mapping[str, Any]) -> str:
     """The canonical JSON text a subscription is stored as (decoder :func:`load_stored`):
-    ``{"expr":...,"extra":...,"subscriber":...}``, keys sorted at every level, compact,
-    not ASCII-escaped. The outer object is written here, in its sorted order, each string
-    as the encoder writes it, so that only ``extra`` goes through the encoder (it is
-    often empty)."""
-    return (f'{{"expr":{_encode_string(expr)},'
-            f'"extra":{_STORED_ENCODER.encode(dict(extra)) if extra else "{}"},'
+    ``{"expr":...,"extra":...,"subscriber":...}`` as ``json.dumps`` writes it with keys
+    sorted at every level, compact and not ASCII-escaped. The outer object is written
+    here, in its sorted order, each string as that encoder writes it; ``extra`` (JSON
+    values) by :func:`_dumps_extra`."""
+    return (f'{{"expr":{_encode_string(expr)},"extra":{_dumps_extra(dict(extra))},'
             f'"subscriber":{_encode_string(subscriber)}}}')  # fmt: skip
+
+
+def _dumps_extra(extra: dict[str, Any]) -> str:
+    """``extra`` as ``json.dumps`` writes it with sorted keys, compact, not ASCII-escaped.
+
+    orjson writes the same text, five times faster, for JSON values without floats (it
+    writes ``1e16`` where the standard library writes ``1e+16``); it refuses integers
+    past 64 bits, lone surrogates and keys that are not strings, which the standard
+    library then writes as before. Cost O(size of extra).
+    """
+    if not extra:
+        return "{}"
+    if not _holds_float(extra):
+        try:
+            return orjson.dumps(extra, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:
+            pass
+    return _STORED_ENCODER.encode(extra)
+
+
+def _holds_float(value: Any) -> bool:
+    """Whether a float is anywhere in the JSON value ``value``."""
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return isinstance(value, float)
+    return any(map(_holds_float, value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +374,7 @@ def _subscription(obj: Any, default_subscriber: str) -> SubscriptionRecord:
             f"not {json_type(obj)}",
         )
     expr = obj.get("expr")
-    if not isinstance(expr, str) or not expr.strip():
+    if not isinstance(expr, str) or not expr or expr.isspace():
         got = "missing" if "expr" not in obj else f"a {json_type(expr)}"
         raise RecordError(
             "invalid_record",
@@ -359,7 +385,9 @@ def _subscription(obj: Any, default_subscriber: str) -> SubscriptionRecord:
     if not isinstance(subscriber, str) or not subscriber:
         got = "an empty string" if subscriber == "" else f"a {json_type(subscriber)}"
         raise RecordError("invalid_record", f'"subscriber" must be a non-empty string, not {got}')
-    extra = {k: v for k, v in obj.items() if k not in ("expr", "subscriber")}
+    extra = obj.copy()
+    del extra["expr"]
+    extra.pop("subscriber", None)
     return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))
 
 
@@ -387,8 +415,10 @@ def parse_subscription_record(
                           f"record may have at most {limit}")  # fmt: skip
     record = _subscription(loads_bounded(value), sub_id)
     stored = record.stored()
-    # re-encoding can grow a value (1e15 -> 1000000000000000.0); notifications carry it
-    size = len(stored.encode("utf-8"))
+    # re-encoding can grow a value (1e15 -> 1000000000000000.0); notifications carry it.
+    # At most 4 bytes a character: only a text longer than a quarter of the limit is
+    # encoded to count them.
+    size = len(stored) if 4 * len(stored) <= limit else len(stored.encode("utf-8"))
     if size > limit:
         raise RecordError("too_large", f"the subscription takes {size} bytes once stored; "
                           f"the limit is {limit}")  # fmt: skip
