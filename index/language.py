@@ -91,7 +91,7 @@ def kind_of(value: Value) -> Kind:
 
 _TOKEN_RE = re.compile(
     r"""
-    \s*(?:
+    (?P<space>\s*)(?:
     (?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_0-9]+)*)
   | (?P<op><>|!=|==|<=|>=|=|<|>|\(|\)|,)
   | (?P<integer>[-+]?[0-9]{1,18}(?![0-9.eE]))
@@ -105,9 +105,9 @@ _TOKEN_RE = re.compile(
     re.VERBOSE,
 )
 """One token after any whitespace; every text is a sequence of these, then whitespace.
-Besides ``integer`` (a case of ``number``, tried first) and ``other`` (last), the
-alternatives start with different characters: their order only makes the commonest
-tokens quickest.
+Every group but ``space`` is empty unless it is the token's kind. Besides ``integer`` (a
+case of ``number``, tried first) and ``other`` (last), the alternatives start with
+different characters: their order only makes the commonest tokens quickest.
 
 Only ASCII digits form numbers (``\\d`` would take any Unicode digit, such as ``１``).
 ``integer`` is the common case of ``number`` that :func:`int` takes as it is: at most 18
@@ -206,38 +206,45 @@ def _number(literal: str, text: str, position: int) -> int | float:
 
 
 def _tokenize(text: str) -> list[_Token]:
-    """The tokens of ``text``, then an ``end`` token. Cost O(len(text)): one pass of
-    :data:`_TOKEN_RE`, and a few operations per token."""
+    """The tokens of ``text``, then an ``end`` token. Cost O(len(text)): one
+    ``findall`` of :data:`_TOKEN_RE` (no match object per token), and a few operations
+    per token; each token starts where the previous one ended, after its space."""
     tokens: list[_Token] = []
     append = tokens.append
-    for m in _TOKEN_RE.finditer(text):
-        group = m.lastgroup
-        lexeme = m.group(group)  # type: ignore[arg-type]
-        start = m.start(group)  # type: ignore[arg-type]
-        if group == "name":
-            lower = lexeme.lower()
+    end = 0
+    for space, name, op, integer, number, string, unterminated, quoted, other in (
+            _TOKEN_RE.findall(text)):  # fmt: skip
+        start = end + len(space)
+        if name:
+            end = start + len(name)
+            lower = name.lower()
             if lower in _KEYWORDS:
                 append(("keyword", lower, lower, start))
             else:
-                append(("name", lexeme, lexeme, start))
-        elif group == "op":
-            append(("op", lexeme, lexeme, start))
-        elif group == "integer":
-            append(("number", lexeme, int(lexeme), start))
-        elif group == "number":
-            append(("number", lexeme, _number(lexeme, text, start), start))
-        elif group == "string":
-            value = _read_string(text, start)[0] if "\\" in lexeme else lexeme[1:-1]
-            append(("string", lexeme, value, start))
-        elif group == "unterminated":
+                append(("name", name, name, start))
+        elif op:
+            end = start + len(op)
+            append(("op", op, op, start))
+        elif integer:
+            end = start + len(integer)
+            append(("number", integer, int(integer), start))
+        elif number:
+            end = start + len(number)
+            append(("number", number, _number(number, text, start), start))
+        elif string:
+            end = start + len(string)
+            value = _read_string(text, start)[0] if "\\" in string else string[1:-1]
+            append(("string", string, value, start))
+        elif unterminated:
             _read_string(text, start)  # raises: this quote opens no complete string
-        elif group == "quoted_name":
-            name = lexeme[1:-1].replace("``", "`")
-            if not name:
+        elif quoted:
+            end = start + len(quoted)
+            attribute = quoted[1:-1].replace("``", "`")
+            if not attribute:
                 raise ExpressionError("empty attribute name", text, start)
-            append(("name", lexeme, name, start))
+            append(("name", quoted, attribute, start))
         else:
-            raise ExpressionError(f"unexpected character {lexeme!r}", text, start)
+            raise ExpressionError(f"unexpected character {other!r}", text, start)
     append(("end", "", None, len(text)))
     return tokens
 
