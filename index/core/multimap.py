@@ -7,6 +7,12 @@ PSTHash's hash table (2-dim space id -> conjuncts). A sorted *main* part in CSR 
 into main once it holds more than an eighth of the entries (amortised O(log n) per
 add). Entries are never removed one by one: the owner marks values dead and calls
 :meth:`compact` with a filter, which rewrites everything in O(n log n).
+
+Most lookups miss: PSTHash asks for every pair of spaces an event falls in, and about
+one pair in twenty has a bucket. So a bit set of the keys' hashes (:class:`KeyFilter`,
+at least 8 bits per distinct key) drops most missing queries with one multiply and one
+gather each, before the sort and the binary searches that would otherwise cost
+O(q log q) for all of them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,39 @@ from index.core.columns import GrowableArray, expand_ranges
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (keys, values) of all entries to a boolean mask of the entries to keep."""
 
+MERGE_MIN = 4096
+"""Delta entries that always wait for a merge (beyond it, an eighth of main's)."""
+BITS_PER_KEY = 8
+"""Bits of the key filter per distinct key: about 1 missing query in 8 gets through."""
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: spreads nearby keys
+
+
+class KeyFilter:
+    """A bit set over hashed int64 keys: no false negatives, and a share of false
+    positives close to the keys over the bits. Sized when built; adds only set bits,
+    so a filter that outgrew its size lets more queries through but never drops one."""
+
+    def __init__(self, keys: np.ndarray, expected: int) -> None:
+        bits = 1 << max(10, int(BITS_PER_KEY * expected - 1).bit_length())
+        self._shift = np.uint64(64 - bits.bit_length() + 1)
+        self.words = np.zeros(bits >> 6, dtype=np.uint64)
+        self.add(keys)
+
+    def _positions(self, keys: np.ndarray) -> np.ndarray:
+        return (keys.astype(np.uint64) * _FIBONACCI) >> self._shift
+
+    def add(self, keys: np.ndarray) -> None:
+        """Set the bits of ``keys``. O(n)."""
+        position = self._positions(keys)
+        np.bitwise_or.at(self.words, position >> np.uint64(6),
+                         np.uint64(1) << (position & np.uint64(63)))
+
+    def may_hold(self, queries: np.ndarray) -> np.ndarray:
+        """The mask of ``queries`` that may be keys (every key is). O(q), vectorised."""
+        position = self._positions(queries)
+        word = self.words[position >> np.uint64(6)]
+        return ((word >> (position & np.uint64(63))) & np.uint64(1)).astype(bool)
+
 
 class MultiMap:
     """int64 key -> bag of int32 values, built for batched lookups."""
@@ -31,6 +70,7 @@ class MultiMap:
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
         self._delta_sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._filter = KeyFilter(self._keys, MERGE_MIN)
 
     def __len__(self) -> int:
         """Number of entries (key, value), live or not."""
@@ -40,7 +80,7 @@ class MultiMap:
     def nbytes(self) -> int:
         return int(
             self._keys.nbytes + self._offsets.nbytes + self._values.nbytes
-            + self._delta_keys.nbytes + self._delta_values.nbytes
+            + self._delta_keys.nbytes + self._delta_values.nbytes + self._filter.words.nbytes
         )
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -50,24 +90,32 @@ class MultiMap:
         self._delta_keys.extend(keys)
         self._delta_values.extend(values)
         self._delta_sorted = None
-        if len(self._delta_keys) > max(4096, len(self._values) // 8):
+        if len(self._delta_keys) > max(MERGE_MIN, len(self._values) // 8):
             self._merge(None)
+        else:
+            self._filter.add(keys)
 
     def lookup(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """All values under each query key, as ``(query_index, value)`` columns.
+        """All values under each query key, as ``(query_index, value)`` columns: the
+        entries of main, then the delta's, each in query order.
 
-        Cost O(q log n + r) for q queries and r results, vectorised.
+        Cost O(q) to filter the queries, then O(p log p + p log n + r) for the p that
+        pass the key filter and the r results, vectorised.
         """
-        owner_main, values_main = _csr_lookup(self._keys, self._offsets, self._values, queries)
+        maybe = np.flatnonzero(self._filter.may_hold(queries))
+        passed = queries[maybe]
+        order = np.argsort(passed)  # one sort serves main and delta
+        owner_main, values_main = _csr_lookup(self._keys, self._offsets, self._values,
+                                              passed, order)
         if len(self._delta_keys) == 0:
-            return owner_main, values_main
+            return maybe[owner_main], values_main
         if self._delta_sorted is None:
             keys = self._delta_keys.view()
-            order = np.argsort(keys, kind="stable")
-            unique, offsets = _runs(keys[order])
-            self._delta_sorted = (unique, offsets, self._delta_values.view()[order])
-        owner_delta, values_delta = _csr_lookup(*self._delta_sorted, queries)
-        return (np.concatenate([owner_main, owner_delta]),
+            delta_order = np.argsort(keys, kind="stable")
+            unique, offsets = _runs(keys[delta_order])
+            self._delta_sorted = (unique, offsets, self._delta_values.view()[delta_order])
+        owner_delta, values_delta = _csr_lookup(*self._delta_sorted, passed, order)
+        return (maybe[np.concatenate([owner_main, owner_delta])],
                 np.concatenate([values_main, values_delta]))
 
     def values_of(self, key: int) -> np.ndarray:
@@ -96,6 +144,15 @@ class MultiMap:
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
         self._delta_sorted = None
+        self._filter = KeyFilter(self._keys, len(self._keys) + MERGE_MIN)
+
+    def check(self) -> None:
+        """Assert that main is sorted CSR and that the key filter passes every key."""
+        assert (np.diff(self._keys) > 0).all(), "main keys not sorted and distinct"
+        assert self._offsets[0] == 0 and self._offsets[-1] == len(self._values)
+        assert (np.diff(self._offsets) > 0).all(), "an empty run in main"
+        keys, _ = self.entries()
+        assert self._filter.may_hold(keys).all(), "the key filter drops a key"
 
 
 def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,12 +163,12 @@ def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
-                queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                queries: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(query_index, value)`` of every entry under the queries (``order`` sorts them)."""
     if len(keys) == 0 or len(queries) == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
     # Sorted queries let searchsorted narrow each search from the previous answer,
     # which is several times faster on large tables than random-order queries.
-    order = np.argsort(queries)
     idx = np.empty(len(queries), dtype=np.int64)
     idx[order] = np.searchsorted(keys, queries[order])
     idx_clipped = np.minimum(idx, len(keys) - 1)

@@ -114,6 +114,8 @@ class ForestMatcher(IndexedMatcher):
         super()._check()
         self.forest.check()
         self.store.check()
+        for multimap in self._posting_maps():
+            multimap.check()
 
     # -- what a family supplies --------------------------------------------------------
 
