@@ -4,11 +4,12 @@ the grouping of a batch's (event, value) pairs by attribute and of answers by ev
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from itertools import chain, repeat
 
 import numpy as np
 
 from index.events import FlatEvent
-from index.language import Kind, Value
+from index.language import Kind
 
 
 def grown_capacity(needed: int, capacity: int) -> int:
@@ -164,20 +165,30 @@ def group_by_event(n_events: int, events: np.ndarray, slots: np.ndarray) -> list
     return [as_list[bounds[i] : bounds[i + 1]] for i in range(n_events)]
 
 
+_KIND_OF_TYPE = {bool: Kind.BOOL, str: Kind.STRING, int: Kind.NUMBER, float: Kind.NUMBER}
+"""The kind of each type a flat event's values have (exactly these, see index.events)."""
+
+
 def group_pairs(events: Sequence[FlatEvent], index_of: dict[tuple[str, Kind], int]
-                ) -> dict[int, tuple[list[int], list[Value]]]:
+                ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The (event, value) pairs of a batch grouped by the index of their (attribute,
-    kind); pairs with no index are dropped. One Python pass over the pairs."""
-    grouped: dict[int, tuple[list[int], list[Value]]] = {}
-    for e, event in enumerate(events):
-        for attribute, value in event.items():
-            kind = (Kind.BOOL if value is True or value is False
-                    else Kind.STRING if isinstance(value, str) else Kind.NUMBER)
-            index = index_of.get((attribute, kind))
-            if index is not None:
-                group = grouped.get(index)
-                if group is None:
-                    grouped[index] = group = ([], [])
-                group[0].append(e)
-                group[1].append(value)
-    return grouped
+    kind), as (event rows, object column of values) in event order; pairs with no index
+    are dropped. Cost O(pairs): the pairs are looked up by ``map`` over chained
+    iterators (C loops, no Python frame per pair), then grouped by one stable sort."""
+    attributes = chain.from_iterable(events)
+    values = list(chain.from_iterable(map(dict.values, events)))
+    kinds = map(_KIND_OF_TYPE.__getitem__, map(type, values))
+    index = np.fromiter(map(index_of.get, zip(attributes, kinds, strict=True), repeat(-1)),
+                        dtype=np.int64, count=len(values))
+    rows = np.repeat(np.arange(len(events), dtype=np.int64), list(map(len, events)))
+    kept = np.flatnonzero(index >= 0)
+    if not len(kept):
+        return {}
+    order = kept[np.argsort(index[kept], kind="stable")]
+    column = np.empty(len(values), dtype=object)
+    column[:] = values
+    sorted_index = index[order]
+    starts = np.flatnonzero(np.diff(sorted_index, prepend=-1))
+    ends = np.append(starts[1:], len(order))
+    return {int(sorted_index[a]): (rows[order[a:b]], column[order[a:b]])
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)}
