@@ -6,16 +6,17 @@ What the driver does for each record of the subscriptions topic is
 normalise the expression (:func:`index.language.parse_subscription`) and re-encode the
 stored form. This script measures, in CPU time per subscription on one pinned core:
 
-- ``tokenize``: the tokenizer alone;
-- ``parse``: tokenizer and parser (:func:`index.language.parse_expression`);
-- ``parse_subscription``: tokenizer, parser and normal form (DNF, interval merging);
+- ``tokenize``: the tokenizer alone, as the general parser uses it (since the
+  conjunction fast path, a conjunction of comparisons is parsed without it);
+- ``parse``: :func:`index.language.parse_expression`, the text to its tree;
+- ``parse_subscription``: the same and the normal form (DNF, interval merging);
 - ``record``: ``parse_subscription_record`` on the bytes ``psmatch subscribe`` sends
   (:func:`streaming.records.subscription_value`);
 
-and derives the stages (parser = parse - tokenize, normal form = parse_subscription -
-parse, record overhead = record - parse_subscription). Two workloads: BE-Gen
-subscriptions (:mod:`index.begen`, the papers' operators on integers), and with
-``--mix`` a deterministic mix of every operator (``in``, ``not in``, ``like`` in its
+and derives the stages (normal form = parse_subscription - parse, record overhead =
+record - parse_subscription). Two workloads: BE-Gen subscriptions (:mod:`index.begen`,
+the papers' operators on integers), and (``--mix``, 0 to leave it out) a deterministic
+mix of every operator (``in``, ``not in``, ``like`` in its
 three forms, ``between``, ``!=``, booleans, strings) under ``or``/``not``/parenthesis
 nesting, on distinct attributes so that each one is satisfiable.
 
@@ -23,10 +24,13 @@ Each operation runs over the whole workload ``--repeats`` times (each pass takin
 operations in turn on every 500 subscriptions, so that the machine's load falls on all
 alike); the table gives the median and the best rate per CPU second
 (``time.process_time``: the cost on one core, whatever else the machine runs), and the
-median per wall second. With
-``--write-table PATH`` the run becomes a section of PATH labelled ``--label`` (a run
-with the same label replaces it, others are kept) and PATH's summary compares every
-section's CPU rates with the first one's. Progress goes to stderr.
+median per wall second. ``--baseline COMMIT`` also measures that commit's
+``index/language.py`` and ``streaming/records.py`` (loaded beside the current ones, the
+baseline's records module bound to the baseline's parser) in the same passes, each
+operation of the baseline right after the current one on the same subscriptions: the
+two share the machine's load, and the table gives their ratio. With ``--write-table
+PATH`` the run becomes a section of PATH labelled ``--label`` (a run with the same label
+replaces it, others are kept). Progress goes to stderr.
 
 Usage: ``.venv/bin/python bench/bench_parser.py --help``.
 """
@@ -35,7 +39,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
+import importlib.util
 import os
 import platform
 import random
@@ -44,21 +48,23 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from index import language
 from index.begen import add_params_arguments, generate, params_from_args
+from streaming import records as records_module
 from streaming.records import parse_subscription_record, subscription_value
 
 REPO = Path(__file__).resolve().parent.parent
 OPERATIONS = ("tokenize", "parse", "parse_subscription", "record")
 STAGES = (
-    ("tokenizer", "tokenize", None),
-    ("parser", "parse", "tokenize"),
+    ("parse", "parse", None),
     ("normal form", "parse_subscription", "parse"),
     ("record overhead", "record", "parse_subscription"),
 )
@@ -85,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="write the run as a section of PATH (e.g. docs/bench-parser.md)")
     run.add_argument("--label", default=None,
                      help="the section's name in PATH (default: the commit)")
+    run.add_argument("--baseline", default=None, metavar="COMMIT",
+                     help="also measure this commit's parser and record decoder, interleaved")
     return parser
 
 
@@ -169,38 +177,87 @@ def _timed(operation: Callable[[Any], object], items: Sequence[Any]) -> tuple[fl
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-def run_workload(name: str, texts: list[str], repeats: int) -> dict[str, dict[str, float]]:
-    """Rates of each operation over ``texts``, per CPU and per wall second: the median
-    and best CPU rate over ``repeats`` passes, each pass taking the operations in turn on
-    every :data:`CHUNK` of subscriptions."""
+Implementation = tuple[ModuleType, ModuleType]
+"""An ``index.language`` module and the ``streaming.records`` module that uses it."""
+
+
+def _module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_baseline(commit: str, scratch: Path) -> Implementation:
+    """``index/language.py`` and ``streaming/records.py`` of ``commit``, loaded as the
+    modules ``baseline_language`` and ``baseline_records``; the latter imports the
+    former as its ``index.language`` (the rest of the package is the current one)."""
+    for path in ("index/language.py", "streaming/records.py"):
+        text = _git("show", f"{commit}:{path}")
+        if not text:
+            raise SystemExit(f"error: no {path} at commit {commit!r}")
+        (scratch / Path(path).name).write_text(text + "\n", encoding="utf-8")
+    baseline_language = _module(scratch / "language.py", "baseline_language")
+    current = sys.modules["index.language"]
+    sys.modules["index.language"] = baseline_language
+    try:
+        baseline_records = _module(scratch / "records.py", "baseline_records")
+    finally:
+        sys.modules["index.language"] = current
+    return baseline_language, baseline_records
+
+
+Operation = tuple[Callable[[Any], object], Sequence[Any]]
+"""A function and the items it is timed on."""
+
+
+def _operations(implementation: Implementation, texts: list[str],
+                records: list[tuple[bytes, bytes]]) -> dict[str, Operation]:
+    parser, decoder = implementation
+    return {
+        "tokenize": (parser._tokenize, texts),
+        "parse": (parser.parse_expression, texts),
+        "parse_subscription": (parser.parse_subscription, texts),
+        "record": (lambda kv: decoder.parse_subscription_record(kv[0], kv[1]), records),
+    }
+
+
+def run_workload(name: str, texts: list[str], repeats: int,
+                 implementations: dict[str, Implementation]) -> dict[str, dict[str, Any]]:
+    """Rates of each operation of each implementation over ``texts``, per CPU and per
+    wall second: the median and best CPU rate over ``repeats`` passes, each pass taking
+    the operations (and for each, the implementations) in turn on every :data:`CHUNK`
+    of subscriptions."""
     records = records_of(texts)
     # the workload must be valid: a rejected subscription would time an error path
     for key, value in records:
         parse_subscription_record(key, value)
-    operations: dict[str, tuple[Callable[[Any], object], Sequence[Any]]] = {
-        "tokenize": (language._tokenize, texts),
-        "parse": (language.parse_expression, texts),
-        "parse_subscription": (language.parse_subscription, texts),
-        "record": (lambda kv: parse_subscription_record(kv[0], kv[1]), records),
-    }
-    cpu: dict[str, list[float]] = {op: [] for op in OPERATIONS}
-    wall: dict[str, list[float]] = {op: [] for op in OPERATIONS}
+    operations = {impl: _operations(modules, texts, records)
+                  for impl, modules in implementations.items()}  # fmt: skip
+    cpu = {impl: {op: [] for op in OPERATIONS} for impl in implementations}
+    wall = {impl: {op: [] for op in OPERATIONS} for impl in implementations}
     for k in range(repeats):
         gc.collect()
-        spent = {op: [0.0, 0.0] for op in OPERATIONS}
+        spent = {impl: {op: [0.0, 0.0] for op in OPERATIONS} for impl in implementations}
         for start in range(0, len(texts), CHUNK):
             for op in OPERATIONS:
-                operation, items = operations[op]
-                c, w = _timed(operation, items[start : start + CHUNK])
-                spent[op][0] += c
-                spent[op][1] += w
-        for op in OPERATIONS:
-            cpu[op].append(len(texts) / spent[op][0])
-            wall[op].append(len(texts) / spent[op][1])
-        print(f"[{name}] pass {k + 1}/{repeats}: " + ", ".join(
-            f"{op} {cpu[op][-1]:,.0f}/CPU s" for op in OPERATIONS), file=sys.stderr, flush=True)
-    return {op: {"cpu": statistics.median(cpu[op]), "best": max(cpu[op]),
-                 "wall": statistics.median(wall[op])} for op in OPERATIONS}  # fmt: skip
+                for impl in implementations:
+                    operation, items = operations[impl][op]
+                    c, w = _timed(operation, items[start : start + CHUNK])
+                    spent[impl][op][0] += c
+                    spent[impl][op][1] += w
+        for impl in implementations:
+            for op in OPERATIONS:
+                cpu[impl][op].append(len(texts) / spent[impl][op][0])
+                wall[impl][op].append(len(texts) / spent[impl][op][1])
+            print(f"[{name}, {impl}] pass {k + 1}/{repeats}: " + ", ".join(
+                f"{op} {cpu[impl][op][-1]:,.0f}/CPU s" for op in OPERATIONS),
+                file=sys.stderr, flush=True)  # fmt: skip
+    return {impl: {op: {"cpu": statistics.median(cpu[impl][op]), "best": max(cpu[impl][op]),
+                        "wall": statistics.median(wall[impl][op])} for op in OPERATIONS}
+            for impl in implementations}  # fmt: skip
 
 
 # -- the report -------------------------------------------------------------------------
@@ -227,20 +284,31 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}"
 
 
-def _table(rates: dict[str, dict[str, dict[str, float]]], sizes: dict[str, int]) -> str:
-    lines = [
-        "| workload | operation | µs CPU each (median) | per CPU second (median) "
-        "| per CPU second (best) | per wall second (median) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for workload, by_op in rates.items():
+Rates = dict[str, dict[str, dict[str, dict[str, float]]]]
+"""Workload -> implementation (``current``, ``baseline``) -> operation -> rates."""
+
+
+def _table(rates: Rates, sizes: dict[str, int]) -> str:
+    compared = all("baseline" in by_impl for by_impl in rates.values())
+    header = ("| workload | operation | µs CPU each (median) | per CPU second (median) "
+              "| per CPU second (best) | per wall second (median) |")
+    if compared:
+        header += " baseline: µs CPU each | baseline: per CPU second | current / baseline |"
+    lines = [header, "|" + "---|" * (header.count("|") - 1)]
+    for workload, by_impl in rates.items():
         for op in OPERATIONS:
-            r = by_op[op]
-            lines.append(f"| {workload} ({sizes[workload]:,}) | `{op}` | {1e6 / r['cpu']:.1f} "
-                         f"| {r['cpu']:,.0f} | {r['best']:,.0f} | {r['wall']:,.0f} |")  # fmt: skip
-        lines.append(f"| {workload} | stages | " + ", ".join(
-            f"{stage} {_stage_us(by_op, op, minus):.1f} µs" for stage, op, minus in STAGES
-        ) + " | | | |")  # fmt: skip
+            r = by_impl["current"][op]
+            line = (f"| {workload} ({sizes[workload]:,}) | `{op}` | {1e6 / r['cpu']:.1f} "
+                    f"| {r['cpu']:,.0f} | {r['best']:,.0f} | {r['wall']:,.0f} |")
+            if compared:
+                b = by_impl["baseline"][op]
+                line += f" {1e6 / b['cpu']:.1f} | {b['cpu']:,.0f} | {r['cpu'] / b['cpu']:.2f}× |"
+            lines.append(line)
+        for impl, by_op in by_impl.items():
+            stages = ", ".join(f"{stage} {_stage_us(by_op, op, minus):.1f} µs"
+                               for stage, op, minus in STAGES)  # fmt: skip
+            lines.append(f"| {workload} | stages ({impl}) | {stages} |"
+                         + " |" * (header.count("|") - 4))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -250,39 +318,21 @@ def _stage_us(by_op: dict[str, dict[str, float]], op: str, minus: str | None) ->
 
 
 def _section(label: str, args: argparse.Namespace, started: datetime, load: str,
-             rates: dict[str, dict[str, dict[str, float]]], sizes: dict[str, int]) -> str:
+             rates: Rates, sizes: dict[str, int]) -> str:
     command = shlex.join([".venv/bin/python", "bench/bench_parser.py", *sys.argv[1:]])
-    data = json.dumps({"rates": rates, "sizes": sizes})
+    baseline = (f" Baseline: commit {args.baseline}'s `index/language.py` and "
+                "`streaming/records.py`, measured in the same passes." if args.baseline else "")
     return (
         f"## {label}\n\n"
         f"Command: `{command}`\n\n"
         f"{started:%Y-%m-%d %H:%M} UTC; commit {_commit()}; {_machine()}; pinned to core "
         f"{args.cpu}; load average (`uptime`) {load} at the start; {args.repeats} passes "
-        "per operation.\n\n"
+        f"per operation.{baseline}\n\n"
         f"{_table(rates, sizes)}\n\n"
-        f"<!-- data: {data} -->\n"
     )
 
 
 _SECTION = re.compile(r"<!-- run:(.+?) -->\n(.*?)<!-- end:\1 -->", re.S)
-
-
-def _summary(sections: dict[str, str]) -> str:
-    """Each section's median CPU rates next to the first section's, as ratios."""
-    data = {label: json.loads(re.search(r"<!-- data: (.*) -->", body).group(1))["rates"]
-            for label, body in sections.items()}  # fmt: skip
-    labels = list(data)
-    first = labels[0]
-    header = "| workload | operation | " + " | ".join(f"{label} per CPU s" for label in labels)
-    header += "".join(f" | {label} / {first}" for label in labels[1:]) + " |"
-    lines = [header, "|" + "---|" * (header.count("|") - 1)]
-    for workload in data[first]:
-        for op in OPERATIONS:
-            cpu = [data[label].get(workload, {}).get(op, {}).get("cpu") for label in labels]
-            cells = [f"{c:,.0f}" if c else "–" for c in cpu]
-            cells += [f"{c / cpu[0]:.2f}×" if c and cpu[0] else "–" for c in cpu[1:]]
-            lines.append(f"| {workload} | `{op}` | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def write_doc(path: Path, label: str, section: str) -> None:
@@ -294,9 +344,9 @@ def write_doc(path: Path, label: str, section: str) -> None:
         "Written by `bench/bench_parser.py` (see its docstring for what each operation "
         "covers); one section per run, labelled, each with its command, date, commit and "
         "load. Rates are subscriptions per CPU second on one pinned core (median of the "
-        "passes): the machine is shared, so CPU time, not wall time, is the measure.\n",
-        "## Summary: median subscriptions per CPU second, and each run over the first\n",
-        _summary(sections) + "\n",
+        "passes): the machine is shared, so CPU time, not wall time, is the measure, and a "
+        "comparison is made within one run (`--baseline`), where both sides share the "
+        "machine's load.\n",
     ]
     body += [f"<!-- run:{name} -->\n{text}<!-- end:{name} -->\n" for name, text in sections.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -316,11 +366,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.sched_setaffinity(0, {args.cpu})
     started = datetime.now(UTC)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    implementations: dict[str, Implementation] = {"current": (language, records_module)}
+    if args.baseline:
+        with tempfile.TemporaryDirectory(prefix="bench-parser-") as scratch:
+            implementations["baseline"] = load_baseline(args.baseline, Path(scratch))
     print(f"generating {params.subscriptions:,} BE-Gen subscriptions", file=sys.stderr)
     workloads = {"BE-Gen": [text for _, text in generate(params).subscriptions]}
     if args.mix:
         workloads["every operator"] = mix_workload(args.mix, params.seed)
-    rates = {name: run_workload(name, texts, args.repeats) for name, texts in workloads.items()}
+    rates = {name: run_workload(name, texts, args.repeats, implementations)
+             for name, texts in workloads.items()}  # fmt: skip
     sizes = {name: len(texts) for name, texts in workloads.items()}
     print(_table(rates, sizes))
     if args.write_table:
