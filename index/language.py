@@ -3,13 +3,18 @@
 Owns everything between the text a user types and the conjuncts an index stores:
 
 * the tokenizer and recursive-descent parser for the text form
-  (``price < 100 and category in ('books', 'music') and not (brand = 'acme' or stock <= 0)``);
+  (``price < 100 and category in ('books', 'music') and not (brand = 'acme' or stock <= 0)``),
+  and a fast path for the commonest text, a conjunction of comparisons, read a comparison
+  at a time (:func:`_parse_conjunction`; it builds the same tree, or leaves the text and
+  any error to the parser);
 * the expression tree (:class:`Comparison`, :class:`And`, :class:`Or`, :class:`Not`) with
   a direct three-valued evaluation, the reference the tests hold every matcher to;
 * normalisation to disjunctive normal form: ``not`` is pushed into the complementary
   operator, each conjunct keeps at most one :class:`Predicate` per attribute (several
   predicates on one attribute are intersected into one set of intervals), conjuncts that
-  can never be true are dropped, and an expression with nothing left is rejected.
+  can never be true are dropped, and an expression with nothing left is rejected; a
+  conjunction of comparisons on distinct attributes goes straight to its one conjunct
+  (:meth:`_Normaliser.conjunction`).
 
 A normalised predicate is a union of disjoint intervals over one value kind (numbers,
 strings or booleans) plus, for strings, residual ``like`` patterns that are not intervals
