@@ -44,12 +44,14 @@ from typing import Any
 
 import numpy as np
 
-import index
-from index import MATCHERS, make_matcher
-from index.errors import ExpressionError
-from index.language import MAX_PREDICATES, MAX_TEXT, parse_subscription
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
+
+import index  # noqa: E402
+from index import MATCHERS, make_matcher  # noqa: E402
+from index.errors import ExpressionError  # noqa: E402
+from index.language import MAX_PREDICATES, MAX_TEXT, parse_subscription  # noqa: E402
+
 DOC = REPO / "docs" / "bench-adversarial.md"
 MB = 1 << 20
 INDEXES = [name for name in MATCHERS if name != "scan"]

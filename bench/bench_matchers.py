@@ -47,10 +47,12 @@ from typing import Any
 import numpy as np
 import psutil
 
-from index import MATCHERS, make_matcher
-from index.begen import BEGenParams, add_params_arguments, generate, params_from_args
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
+
+from index import MATCHERS, make_matcher  # noqa: E402
+from index.begen import BEGenParams, add_params_arguments, generate, params_from_args  # noqa: E402
+
 MB = 1 << 20
 
 

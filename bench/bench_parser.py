@@ -56,12 +56,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from index import language
-from index.begen import add_params_arguments, generate, params_from_args
-from streaming import records as records_module
-from streaming.records import parse_subscription_record, subscription_value
-
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
+
+from index import language  # noqa: E402
+from index.begen import add_params_arguments, generate, params_from_args  # noqa: E402
+from streaming import records as records_module  # noqa: E402
+from streaming.records import parse_subscription_record, subscription_value  # noqa: E402
+
 OPERATIONS = ("tokenize", "parse", "parse_subscription", "record")
 STAGES = (
     ("parse", "parse", None),
