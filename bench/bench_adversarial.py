@@ -47,6 +47,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
 
+from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
+
 import index  # noqa: E402
 from index import MATCHERS, make_matcher  # noqa: E402
 from index.errors import ExpressionError  # noqa: E402
@@ -426,12 +428,7 @@ CASES: dict[str, tuple[str, Callable[[argparse.Namespace, Limits], str]]] = {
 
 
 def _machine() -> str:
-    cpu = platform.processor() or "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     return (f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, "
             f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f} at the start")
 

@@ -50,6 +50,8 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
 
+from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
+
 from index import MATCHERS, make_matcher  # noqa: E402
 from index.begen import BEGenParams, add_params_arguments, generate, params_from_args  # noqa: E402
 
@@ -346,12 +348,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     return (
         f"CPU {cpu}, {os.cpu_count()} cores ({psutil.cpu_count(logical=False)} physical), "
         f"{psutil.virtual_memory().total / (1 << 30):.1f} GiB RAM; {platform.platform()}; "

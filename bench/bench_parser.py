@@ -59,6 +59,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
 
+from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
+
 from index import language  # noqa: E402
 from index.begen import add_params_arguments, generate, params_from_args  # noqa: E402
 from streaming import records as records_module  # noqa: E402
@@ -277,12 +279,7 @@ def _commit() -> str:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or "unknown"
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+    cpu = cpu_model()
     return f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}"
 
 
