@@ -547,9 +547,9 @@ class Forest:
         """Locate every (attribute, value) pair of a batch in its tree.
 
         Pairs whose (attribute, kind) has no tree can satisfy no predicate and are
-        skipped. Updates the event counters (the selectivity history). Cost: one pass
-        over the pairs in Python to group them by tree, then one vectorised locate
-        per tree present in the batch.
+        skipped. Updates the event counters (the selectivity history). Cost: the pairs
+        grouped by tree (:func:`index.core.columns.group_pairs`, O(pairs) with no
+        Python frame per pair), then one vectorised locate per tree present in the batch.
         """
         grouped = group_pairs(events, self.tree_of)
         parts_e, parts_t, parts_p, parts_s = [], [], [], []
