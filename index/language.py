@@ -77,12 +77,14 @@ class Kind(IntEnum):
 Value = int | float | str | bool
 
 
-_KIND_OF_CLASS = {bool: Kind.BOOL, str: Kind.STRING, int: Kind.NUMBER, float: Kind.NUMBER}
+KIND_OF_CLASS = {bool: Kind.BOOL, str: Kind.STRING, int: Kind.NUMBER, float: Kind.NUMBER}
+"""The kind of each exact class a validated value has (a flat event's values have only
+these, see :mod:`index.events`)."""
 
 
 def kind_of(value: Value) -> Kind:
     """The kind of an (already validated) scalar value. Booleans are not numbers."""
-    kind = _KIND_OF_CLASS.get(value.__class__)  # the exact classes: one lookup
+    kind = KIND_OF_CLASS.get(value.__class__)  # the exact classes: one lookup
     if kind is not None:
         return kind
     if isinstance(value, bool):

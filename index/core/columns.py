@@ -9,7 +9,7 @@ from itertools import chain, repeat
 import numpy as np
 
 from index.events import FlatEvent
-from index.language import Kind
+from index.language import KIND_OF_CLASS, Kind
 
 
 def grown_capacity(needed: int, capacity: int) -> int:
@@ -165,10 +165,6 @@ def group_by_event(n_events: int, events: np.ndarray, slots: np.ndarray) -> list
     return [as_list[bounds[i] : bounds[i + 1]] for i in range(n_events)]
 
 
-_KIND_OF_TYPE = {bool: Kind.BOOL, str: Kind.STRING, int: Kind.NUMBER, float: Kind.NUMBER}
-"""The kind of each type a flat event's values have (exactly these, see index.events)."""
-
-
 def group_pairs(events: Sequence[FlatEvent], index_of: dict[tuple[str, Kind], int]
                 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """The (event, value) pairs of a batch grouped by the index of their (attribute,
@@ -177,7 +173,7 @@ def group_pairs(events: Sequence[FlatEvent], index_of: dict[tuple[str, Kind], in
     iterators (C loops, no Python frame per pair), then grouped by one stable sort."""
     attributes = chain.from_iterable(events)
     values = list(chain.from_iterable(map(dict.values, events)))
-    kinds = map(_KIND_OF_TYPE.__getitem__, map(type, values))
+    kinds = map(KIND_OF_CLASS.__getitem__, map(type, values))
     index = np.fromiter(map(index_of.get, zip(attributes, kinds, strict=True), repeat(-1)),
                         dtype=np.int64, count=len(values))
     rows = np.repeat(np.arange(len(events), dtype=np.int64), list(map(len, events)))
