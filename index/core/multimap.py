@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges, find_sorted
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (keys, values) of all entries to a boolean mask of the entries to keep."""
@@ -169,11 +169,11 @@ def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
     # Sorted queries let searchsorted narrow each search from the previous answer,
     # which is several times faster on large tables than random-order queries.
-    idx = np.empty(len(queries), dtype=np.int64)
-    idx[order] = np.searchsorted(keys, queries[order])
-    idx_clipped = np.minimum(idx, len(keys) - 1)
-    found = np.flatnonzero((idx < len(keys)) & (keys[idx_clipped] == queries))
-    hit = idx_clipped[found]
+    at = np.empty(len(queries), dtype=np.int64)
+    present = np.empty(len(queries), dtype=bool)
+    at[order], present[order] = find_sorted(keys, queries[order])
+    found = np.flatnonzero(present)
+    hit = at[found]
     starts = offsets[hit]
     counts = offsets[hit + 1] - starts
     owner, positions = expand_ranges(starts, counts)
