@@ -1,4 +1,4 @@
-"""The predicate rows of indexed conjuncts and their exact, vectorised verification.
+"""The predicate rows of indexed conjuncts and their exact verification.
 
 Owns the part every forest matcher shares: each conjunct's predicates, stored as rows
 of numpy columns in *access order* (most selective first, by the event counters of the
@@ -6,7 +6,8 @@ spaces they cover, with the paper's operator ranking breaking ties and standing 
 there is no history), the predicate intervals as pairs of bound ids into the
 :class:`index.pstree.forest.Forest`, and :meth:`ConjunctStore.verify`, which checks a batch of
 (event, conjunct) candidates predicate by predicate with integer comparisons on space
-positions, dropping a candidate at its first false predicate.
+positions, dropping a candidate at its first false predicate (the compiled loop of
+:func:`index.pstree.kernels.verify_candidates`).
 
 Conjunct ids (``cid``) come from the :class:`index.core.registry.ConjunctRegistry`;
 the store keeps rows per cid and reads liveness and residual conjuncts from it.
@@ -23,9 +24,8 @@ from index.core.columns import GrowableArray, expand_ranges
 from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Predicate
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
+from index.pstree.kernels import verify_candidates
 
-VERIFY_BLOCK = 1 << 16
-"""Candidates verified together: small enough for their columns to stay in cache."""
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
 out, is *near-full* (:func:`near_full`)."""
@@ -330,65 +330,20 @@ class ConjunctStore:
         known to hold).
 
         ``positions`` is the chunk's ``[events, trees]`` position matrix (-1: absent).
-        Works predicate by predicate over a block of candidates at once, so the cost is
-        O(sum over candidates of the predicates checked until the first false one);
-        blocks of :data:`VERIFY_BLOCK` keep the intermediate columns in cache. The
-        ``like`` patterns rows cannot hold are left to the residual check.
+        One call of the compiled :func:`index.pstree.kernels.verify_candidates`: cost
+        O(sum over candidates of the predicates checked until the first false one), with
+        no temporaries but the kept indices. The ``like`` patterns rows cannot hold are
+        left to the residual check.
         """
-        n_trees = positions.shape[1]
-        flat_positions = positions.ravel()
         row_lo, row_hi = self.row_positions()
-        kept_e, kept_c = [], []
-        for begin in range(0, len(cids), VERIFY_BLOCK):
-            block_e = events[begin : begin + VERIFY_BLOCK].astype(np.int32)
-            block_c = cids[begin : begin + VERIFY_BLOCK].astype(np.int32)
-            block_k = checked[begin : begin + VERIFY_BLOCK].astype(np.int32)
-            ok = self._verify_block(block_e, block_c, block_k, flat_positions, n_trees,
-                                    row_lo, row_hi)
-            kept_e.append(block_e[ok])
-            kept_c.append(block_c[ok])
-        if not kept_e:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty
-        return np.concatenate(kept_e).astype(np.int64), np.concatenate(kept_c).astype(np.int64)
-
-    def _verify_block(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
-                      flat_positions: np.ndarray, n_trees: int, row_lo: np.ndarray,
-                      row_hi: np.ndarray) -> np.ndarray:
-        """Mask of the block's candidates that are live and pass their unchecked predicates.
-
-        Carries, per surviving candidate, its index in the block, its row in the
-        position matrix, its first predicate row and how many predicates remain, so
-        each step is one gather of the event's position and of the row's bounds.
-        """
-        index = np.flatnonzero(self.registry.alive.data[cids]).astype(np.int32)
-        matrix_row = events[index] * np.int32(n_trees)
-        first = self.pred_start.data[cids[index]] + checked[index]
-        remaining = self.pred_count.data[cids[index]] - checked[index]
-        ok = np.zeros(len(cids), dtype=bool)
-        while len(index):
-            finished = remaining <= 0
-            if finished.any():
-                ok[index[finished]] = True
-                going = ~finished
-                index, matrix_row, first, remaining = (
-                    index[going], matrix_row[going], first[going], remaining[going])
-            pos = flat_positions[matrix_row + self.pred_tree.data[first]]
-            holds = (pos >= row_lo[first]) & (pos <= row_hi[first])
-            multi = np.flatnonzero(holds)
-            multi = multi[self.pred_iv_count.data[first[multi]] > 1]
-            if len(multi):
-                holds[multi] = self._inside_any_interval(first[multi], pos[multi])
-            index, matrix_row, first, remaining = (
-                index[holds], matrix_row[holds], first[holds] + 1, remaining[holds] - 1)
-        return ok
-
-    def _inside_any_interval(self, pids: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        owner, iids = expand_ranges(self.pred_iv_start.data[pids], self.pred_iv_count.data[pids])
-        lo, hi = self._positions(self.iv_lo_bid.data[iids], self.iv_lo_closed.data[iids],
-                                 self.iv_hi_bid.data[iids], self.iv_hi_closed.data[iids])
-        inside = (pos[owner] >= lo) & (pos[owner] <= hi)
-        return np.bincount(owner, weights=inside, minlength=len(pids)) > 0
+        kept = verify_candidates(
+            events.astype(np.int64, copy=False), cids.astype(np.int64, copy=False),
+            checked.astype(np.int64, copy=False), positions, self.registry.alive.data,
+            self.pred_start.data, self.pred_count.data, self.pred_tree.data, row_lo, row_hi,
+            self.pred_iv_start.data, self.pred_iv_count.data, self.iv_lo_bid.data,
+            self.iv_lo_closed.data, self.iv_hi_bid.data, self.iv_hi_closed.data,
+            self.forest.bound_rank)
+        return events[kept].astype(np.int64, copy=False), cids[kept].astype(np.int64, copy=False)
 
     # -- bookkeeping -------------------------------------------------------------------
 

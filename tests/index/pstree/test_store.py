@@ -1,0 +1,122 @@
+"""ConjunctStore.verify, the compiled verification kernel, against the conjuncts' own
+evaluation.
+
+The store is built with its real forest and registry (no matcher around it): every
+(event, live conjunct) pair is a candidate, and verify must keep exactly the pairs whose
+conjunct the event satisfies (for residual conjuncts, those with ``like`` patterns the
+rows cannot hold, at least those), must trust the ``checked`` predicates it is told
+hold, and must drop removed conjuncts. ``check()`` runs after every mutation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from index.core.registry import ConjunctRegistry
+from index.events import flatten_event
+from index.language import Conjunct
+from index.pstree.forest import Forest
+from index.pstree.store import ConjunctStore
+from tests.index.strategies import events, expressions, parsed
+
+
+class Stored:
+    """A store holding conjuncts, with the registry and forest it uses."""
+
+    def __init__(self, conjuncts: list[Conjunct]) -> None:
+        self.forest = Forest()
+        self.registry = ConjunctRegistry()
+        self.store = ConjunctStore(self.forest, self.registry)
+        self.conjuncts = conjuncts
+        self.cids = self.registry.allocate(list(range(len(conjuncts))), conjuncts)
+        inserted = self.store.insert_many(self.cids, conjuncts)
+        self.residual = inserted.residual
+        self.store.check()
+
+    def remove(self, slot: int) -> None:
+        for cid in self.registry.unlink(slot):
+            self.store.release(cid)
+        self.store.check()
+
+    def verify_all(self, batch: list[dict], checked: int = 0) -> set[tuple[int, int]]:
+        """(event, conjunct index) pairs verify keeps, every pair a candidate with its
+        first ``checked`` predicates (or all, if fewer) told to hold."""
+        flat = [flatten_event(event) for event in batch]
+        positions = self.forest.locate_events(flat).position_matrix(len(self.forest.trees))
+        e, j = np.divmod(np.arange(len(flat) * len(self.cids)), len(self.cids))
+        sizes = np.array([len(c.predicates) for c in self.conjuncts], dtype=np.int64)
+        kept_e, kept_c = self.store.verify(e, self.cids[j], np.minimum(sizes[j], checked),
+                                           positions)
+        assert kept_e.dtype == kept_c.dtype == np.int64
+        index_of = {int(cid): i for i, cid in enumerate(self.cids)}
+        return {(int(ev), index_of[int(cid)]) for ev, cid in zip(kept_e, kept_c, strict=True)}
+
+    def truth(self, batch: list[dict], live: list[int]) -> set[tuple[int, int]]:
+        flat = [flatten_event(event) for event in batch]
+        return {(e, j) for e, event in enumerate(flat) for j in live
+                if self.conjuncts[j].evaluate(event)}
+
+
+def _conjuncts(texts: list[str]) -> list[Conjunct]:
+    return [c for subscription in parsed(texts) for c in subscription.conjuncts]
+
+
+def _agrees(stored: Stored, batch: list[dict], live: list[int]) -> None:
+    kept = stored.verify_all(batch)
+    truth = stored.truth(batch, live)
+    exact = {(e, j) for e, j in kept if not stored.residual[j]}
+    assert exact == {(e, j) for e, j in truth if not stored.residual[j]}
+    assert truth <= kept  # residual conjuncts: the patterns are left to the residual check
+    assert {j for _, j in kept} <= set(live)
+
+
+@given(st.lists(expressions(), min_size=1, max_size=30),
+       st.lists(events(), min_size=1, max_size=12), st.data())
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_verify_keeps_exactly_the_satisfied_live_conjuncts(texts: list[str], batch: list[dict],
+                                                           data: st.DataObject) -> None:
+    conjuncts = _conjuncts(texts)
+    if not conjuncts:
+        return
+    stored = Stored(conjuncts)
+    _agrees(stored, batch, list(range(len(conjuncts))))
+    removed = data.draw(st.sets(st.sampled_from(range(len(conjuncts)))))
+    for slot in removed:
+        stored.remove(slot)
+    _agrees(stored, batch, [j for j in range(len(conjuncts)) if j not in removed])
+
+
+def test_several_intervals_hold_only_inside_one_of_them() -> None:
+    # Holes below, between and above the intervals of `in`, `not in` and `not between`.
+    stored = Stored(_conjuncts(["a in (1, 3, 5)", "a not in (2, 4)",
+                                "a not between 2 and 4 and b = 'x'", "a in (3, 'x')"]))
+    batch = [{"a": v, "b": "x"} for v in (0, 1, 2, 3, 4, 5, 6, 2.5, "x", None)] + [{"b": "x"}]
+    kept = stored.verify_all(batch)
+    assert kept == stored.truth(batch, list(range(len(stored.conjuncts))))
+    assert {e for e, j in kept if j == 0} == {1, 3, 5}
+    assert {e for e, j in kept if j == 1} == {0, 1, 3, 5, 6, 7}
+    assert {e for e, j in kept if j == 2} == {0, 1, 5, 6}
+
+
+def test_verify_trusts_the_checked_predicates_and_drops_removed_conjuncts() -> None:
+    stored = Stored(_conjuncts(["a = 1 and b = 2", "a > 5 and b < 0 and c = 'z'", "c = 'y'"]))
+    batch = [{"a": 0}, {}]  # satisfies none of them
+    assert stored.verify_all(batch) == set()
+    assert stored.verify_all(batch, checked=3) == {(e, j) for e in (0, 1) for j in (0, 1, 2)}
+    # The first predicate in access order told to hold: the other is still checked, so
+    # of two events each lacking one of them exactly one passes.
+    kept = stored.verify_all([{"a": 1, "b": 2}, {"b": 2}, {"a": 1}], checked=1)
+    assert (0, 0) in kept and len(kept & {(1, 0), (2, 0)}) == 1
+    assert {(e, j) for e, j in kept if j != 0} == {(0, 2), (1, 2), (2, 2)}  # all checked
+    stored.remove(1)
+    assert stored.verify_all(batch, checked=3) == {(e, j) for e in (0, 1) for j in (0, 2)}
+
+
+def test_no_candidates() -> None:
+    stored = Stored(_conjuncts(["a = 1"]))
+    positions = stored.forest.locate_events([{"a": 1}]).position_matrix(1)
+    empty = np.empty(0, dtype=np.int64)
+    kept_e, kept_c = stored.store.verify(empty, empty, empty, positions)
+    assert len(kept_e) == len(kept_c) == 0
