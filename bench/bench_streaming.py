@@ -373,8 +373,8 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
 
 def _bd_rows(bd: dict[str, float]) -> str:
     names = [
-        ("read_s", "Kafka read + cache + collect subscription records (driver job 1)"),
-        ("state_s", "validate + apply subscription changes to Redis (driver)"),
+        ("read_s", "Kafka read + cache + validate subscription records (executors, job 1)"),
+        ("state_s", "apply subscription changes to Redis (driver)"),
         ("match_write_s", "match on executors + Kafka sink write (job 2, wall)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),

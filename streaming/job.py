@@ -3,12 +3,13 @@
 Owns the Spark session settings, the streaming query and the ``foreachBatch`` logic:
 
 1. The batch (records of both topics, read by Spark's Kafka source) is cached on the
-   executors; only the subscription records are collected to the driver.
-2. They are decoded and validated on the driver, each inside the per-record barrier
-   (whatever one record raises makes it a rejected record, see
-   :mod:`streaming.records`); valid changes are then applied to Redis in offset order
-   (idempotent on replay, see :mod:`connectors.state`), giving the batch's subscription
-   version. A Redis fault is never a record's: it fails the batch.
+   executors. The subscription records are decoded and validated there, in parallel,
+   each inside the per-record barrier (whatever one record raises makes it a rejected
+   record, see :mod:`streaming.subscriptions`); only the outcome is collected to the
+   driver.
+2. The driver applies the valid changes to Redis in offset order (idempotent on replay,
+   see :mod:`connectors.state`), giving the batch's subscription version. A Redis fault
+   is never a record's: it fails the batch.
 3. The events are matched on the executors with ``mapInArrow``
    (:func:`streaming.worker.match_batches`), every task at that version; they are never
    collected to the driver. With ``shards`` > 1 (:mod:`streaming.shards`) each event is
@@ -28,8 +29,7 @@ import logging
 import os
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -38,24 +38,17 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from connectors.kafka import ensure_topics, service_topics, spark_kafka_options
-from connectors.state import SourceChange, StateStore
+from connectors.state import StateStore
 from index.errors import PsmatchError
 from streaming.config import ServiceConfig
-from streaming.records import (
-    RecordError,
-    RecordLimits,
-    parse_subscription_record,
-    record_error,
-    rejected_key,
-    rejected_value,
-)
+from streaming.records import RecordLimits
+from streaming.subscriptions import VALIDATED_DDL, assemble, validate_batches
 from streaming.worker import (
     MAX_SAMPLES,
     OUTPUT_DDL,
     TaskMetrics,
     WorkerSettings,
     match_batches,
-    reject_sample,
 )
 
 log = logging.getLogger("psmatch.job")
@@ -272,20 +265,16 @@ class BatchProcessor:
             F.unix_millis("timestamp").alias("ts"),
         ).persist()  # fmt: skip
         try:
-            # collected as Arrow columns, not as Row objects (a tenth of the cost)
-            sub_records = (
+            # validated on the executors, in parallel; collected as Arrow columns
+            validated = assemble(
                 batch.filter(F.col("topic") == cfg.subscriptions_topic)
                 .select("key", "value", "topic", "partition", "offset")
-                .toArrow()
-                .sort_by([("partition", "ascending"), ("offset", "ascending")])
-                .to_pydict()
+                .mapInArrow(partial(validate_batches, self.limits), VALIDATED_DDL)
+                .toArrow(),
+                cfg.subscriptions_topic,
             )
             t1 = time.perf_counter()
-            changes, rejects, codes, samples = self._validate(zip(
-                sub_records["key"], sub_records["value"], sub_records["topic"],
-                sub_records["partition"], sub_records["offset"], strict=True,
-            ))  # fmt: skip
-            result = self.store.apply(changes)
+            result = self.store.apply(validated.changes)
             live = self.store.count()
             t2 = time.perf_counter()
 
@@ -296,10 +285,11 @@ class BatchProcessor:
             out = events.mapInArrow(
                 partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
             )
-            if rejects:
+            if validated.rejects:
                 # an RDD rather than a local relation, so that the records (up to ~800 KB
                 # each) travel as data and are not embedded in the batch's query plan
-                rdd = self.spark.sparkContext.parallelize(rejects, 1)
+                rows = [(cfg.rejected_topic, k, v) for k, v in validated.rejects]
+                rdd = self.spark.sparkContext.parallelize(rows, 1)
                 out = out.unionByName(self.spark.createDataFrame(rdd, OUTPUT_DDL))
             (
                 out.write.format("kafka")
@@ -314,7 +304,7 @@ class BatchProcessor:
         report = BatchReport(
             batch_id=batch_id,
             version=result.version,
-            subscription_records=len(sub_records["key"]),
+            subscription_records=validated.records,
             subscriptions_applied=result.applied,
             read_s=t1 - t0,
             state_s=t2 - t1,
@@ -323,8 +313,8 @@ class BatchProcessor:
             live_subscriptions=live,
             shards=cfg.shards,
             workers=workers,
-            subscription_rejects=tuple(sorted(codes.items())),
-            samples=(*samples, *workers.samples)[:MAX_SAMPLES],
+            subscription_rejects=tuple(sorted(validated.codes.items())),
+            samples=(*validated.samples, *workers.samples)[:MAX_SAMPLES],
         )
         if report.subscription_records or report.events:
             log.info(report.line())
@@ -333,33 +323,6 @@ class BatchProcessor:
             log.warning(rejects_line)
         if self.on_report is not None:
             self.on_report(report)
-
-    def _validate(
-        self, records: Iterable[tuple[bytes | None, bytes | None, str, int, int]]
-    ) -> tuple[list[SourceChange], list[tuple[str, bytes | None, bytes]], Counter[str], list[str]]:
-        """The subscription records ``(key, value, topic, partition, offset)`` of a batch,
-        in offset order, each decoded and validated inside the per-record barrier: the
-        changes to apply, the rejected records to write, rejects by code, and a few
-        samples for the log. Pure: Redis is written afterwards."""
-        changes: list[SourceChange] = []
-        rejects: list[tuple[str, bytes | None, bytes]] = []
-        codes: Counter[str] = Counter()
-        samples: list[str] = []
-        for key, value, topic, partition, offset in records:
-            try:  # the per-record barrier
-                change = parse_subscription_record(key, value, self.limits)
-            except Exception as exc:
-                error: RecordError = record_error(exc)
-                rejects.append((self.config.rejected_topic, rejected_key(key),
-                                rejected_value(error, topic, partition, offset, key, value)))
-                codes[error.code] += 1
-                if len(samples) < MAX_SAMPLES:
-                    samples.append(reject_sample(error, topic, partition, offset))
-                continue
-            changes.append(
-                SourceChange(f"{topic}:{partition}", offset, change.sub_id, change.stored)
-            )
-        return changes, rejects, codes, samples
 
 
 def prepare(config: ServiceConfig) -> None:
