@@ -378,7 +378,7 @@ def _bd_rows(bd: dict[str, float]) -> str:
         ("match_write_s", "match on executors + Kafka sink write (job 2, wall)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
-        ("worker_match_s", "  in workers: match_batch"),
+        ("worker_match_s", "  in workers: match (match_flat_pairs)"),
         ("worker_encode_s", "  in workers: build notification records"),
         ("total_s", "whole batch (wall)"),
     ]

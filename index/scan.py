@@ -8,7 +8,9 @@ event; adds and removes cost O(1).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from itertools import chain
+
+import numpy as np
 
 from index.events import FlatEvent
 from index.language import Subscription
@@ -30,9 +32,11 @@ class ScanMatcher(Matcher):
     def _delete(self, slot: int) -> None:
         del self._subscriptions[slot]
 
-    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
+    def _match_flat_pairs(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
         items = self._subscriptions.items()
-        return [[slot for slot, sub in items if sub.evaluate(event)] for event in events]
+        matched = [[slot for slot, sub in items if sub.evaluate(event)] for event in events]
+        rows = np.repeat(np.arange(len(events), dtype=np.int64), list(map(len, matched)))
+        return rows, np.fromiter(chain.from_iterable(matched), dtype=np.int64, count=len(rows))
 
     def _stats(self) -> MatcherStats:
         subs = self._subscriptions.values()

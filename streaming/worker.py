@@ -15,9 +15,9 @@ out and logged) and, should ``add_many`` itself raise, a rebuild one subscriptio
 time that leaves out only the culprits. :func:`match_batches` is the ``mapInArrow``
 function: it decodes and validates each event on its own inside a per-record barrier
 (whatever one event raises makes it a rejected record, the others go on), matches the
-valid, already flattened events with ``match_flat_batch`` and emits notification
-records (encoded by :mod:`streaming.records`), all as Arrow batches of
-``(topic, key, value)`` for Spark's Kafka sink. Each task reports a
+valid, already flattened events with ``match_flat_pairs`` and emits notification
+records (heads and tails encoded by :mod:`streaming.records`, joined by Arrow), all as
+Arrow batches of ``(topic, key, value)`` for Spark's Kafka sink. Each task reports a
 :class:`TaskMetrics` to the driver. Redis is the only I/O here, in
 :func:`sync_index`, outside every barrier: its faults fail the task, never a record.
 """
@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -395,13 +396,14 @@ def match_rows(
     rows: Iterable[tuple[bytes | None, bytes | None, str, int, int, int | None]],
     metrics: TaskMetrics,
     primary: bool = True,
-) -> tuple[list[str], list[bytes | None], list[bytes]]:
+) -> pa.Table:
     """Match ``(key, value, topic, partition, offset, timestamp_ms)`` rows.
 
     Each event is decoded and validated on its own, inside a barrier: whatever it raises
     makes it a rejected record and the others go on. The valid ones are matched together
-    (:meth:`index.Matcher.match_flat_batch`). Returns the columns ``topic, key, value``
-    of the output records.
+    (:meth:`index.Matcher.match_flat_pairs`). Returns the output records as a table of
+    :data:`OUTPUT_SCHEMA`: the notifications (assembled by Arrow, see
+    :func:`notification_records`), then the rejects.
 
     With several shards every event reaches the task of every shard; only the
     ``primary`` one (shard 0) counts the events and rejects those that cannot be decoded
@@ -409,9 +411,7 @@ def match_rows(
     event the matcher raises on is rejected by the shard whose matcher raised.
     """
     t0 = time.perf_counter()
-    topics: list[str] = []
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
+    rejects: dict[str, list[object]] = {"topic": [], "key": [], "value": []}
     positions: list[tuple[bytes | None, bytes | None, str, int, int]] = []
     flat_events: list[FlatEvent] = []
     tails: list[bytes] = []
@@ -420,9 +420,9 @@ def match_rows(
 
     def reject(error: RecordError, key: bytes | None, value: bytes | None, topic: str,
                partition: int, offset: int) -> None:  # fmt: skip
-        topics.append(settings.rejected_topic)
-        keys.append(rejected_key(key))
-        values.append(rejected_value(error, topic, partition, offset, key, value))
+        rejects["topic"].append(settings.rejected_topic)
+        rejects["key"].append(rejected_key(key))
+        rejects["value"].append(rejected_value(error, topic, partition, offset, key, value))
         metrics.reject(error, topic, partition, offset)
 
     n = 0
@@ -441,47 +441,71 @@ def match_rows(
         tails.append(tail)
         positions.append((key, value, topic, partition, offset))
     t1 = time.perf_counter()
-    matches = _match(index.matcher, flat_events)
+    events, ids, failed = _match(index.matcher, flat_events)
     t2 = time.perf_counter()
-    heads = index.heads
-    notifications = 0
-    nt = settings.notifications_topic
-    for tail, ids, position in zip(tails, matches, positions, strict=True):
-        if isinstance(ids, Exception):
-            reject(record_error(ids), *position)
-            continue
-        for sub_id in ids:
-            topics.append(nt)
-            keys.append(str(sub_id).encode())
-            values.append(heads[sub_id] + tail)
-        notifications += len(ids)
+    for i, exc in failed.items():
+        reject(record_error(exc), *positions[i])
+    notifications = notification_records(settings.notifications_topic, events, ids,
+                                         index.heads, tails)  # fmt: skip
     t3 = time.perf_counter()
     metrics.events += n if primary else 0
-    metrics.notifications += notifications
+    metrics.notifications += len(ids)
     metrics.parse_s += t1 - t0
     metrics.match_s += t2 - t1
     metrics.encode_s += t3 - t2
-    return topics, keys, values
+    return pa.Table.from_batches(
+        [notifications, pa.RecordBatch.from_pydict(rejects, schema=OUTPUT_SCHEMA)]
+    )
 
 
-def _match(matcher: Matcher, flat_events: list[FlatEvent]) -> list[set[object] | Exception]:
-    """The matches of each event, in one batch. Should the matcher raise (a bug, or an
-    event it cannot handle), each event is matched alone, so only the events that raise
-    are rejected (their exception in place of their matches)."""
-    if not flat_events:
-        return []
+def notification_records(
+    topic: str, events: np.ndarray, ids: list[Hashable], heads: dict[str, bytes],
+    tails: list[bytes],
+) -> pa.RecordBatch:
+    """The notification records of matches ``(events[i], ids[i])``: key the subscription
+    id (a string, as every id of the service), value its head and the event's tail
+    (:mod:`streaming.records`), joined by Arrow.
+
+    Cost O(matches) in C loops: one dictionary lookup of each match's head, then Arrow
+    kernels (no Python string work per match).
+    """
+    values = pc.binary_join_element_wise(
+        pa.array(list(map(heads.__getitem__, ids)), pa.binary()),
+        pa.array(tails, pa.binary()).take(pa.array(events, pa.int64())),
+        b"",
+    )
+    return pa.RecordBatch.from_arrays(
+        [pa.array([topic] * len(ids), pa.string()), pa.array(ids, pa.string()).cast(pa.binary()),
+         values],
+        schema=OUTPUT_SCHEMA,
+    )  # fmt: skip
+
+
+def _match(
+    matcher: Matcher, flat_events: list[FlatEvent]
+) -> tuple[np.ndarray, list[Hashable], dict[int, Exception]]:
+    """The matches of a batch, as :meth:`index.Matcher.match_flat_pairs` gives them, and
+    the events the matcher raised on (by index). Should it raise on the batch (a bug, or
+    an event it cannot handle), each event is matched alone, so only the events that
+    raise are rejected."""
     try:
-        return list(matcher.match_flat_batch(flat_events))
+        events, ids = matcher.match_flat_pairs(flat_events)
+        return events, ids, {}
     except Exception:  # the per-record barrier: find the culprits
         log.exception("matching a batch of %d events failed; matching them one by one",
                       len(flat_events))  # fmt: skip
-    out: list[set[object] | Exception] = []
-    for flat in flat_events:
+    rows: list[int] = []
+    ids: list[Hashable] = []
+    failed: dict[int, Exception] = {}
+    for i, flat in enumerate(flat_events):
         try:
-            out.extend(matcher.match_flat_batch([flat]))
+            _, matched = matcher.match_flat_pairs([flat])
         except Exception as exc:
-            out.append(exc)
-    return out
+            failed[i] = exc
+            continue
+        rows += [i] * len(matched)
+        ids += matched
+    return np.array(rows, dtype=np.int64), ids, failed
 
 
 def match_batches(
@@ -526,12 +550,8 @@ def match_batches(
             cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"],
             cols["ts"], strict=True,
         )  # fmt: skip
-        topics, keys, values = match_rows(index, settings, rows, metrics, shard == 0)
-        if topics:
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(topics, pa.string()), pa.array(keys, pa.binary()),
-                 pa.array(values, pa.binary())],
-                schema=OUTPUT_SCHEMA,
-            )  # fmt: skip
+        for out in match_rows(index, settings, rows, metrics, shard == 0).to_batches():
+            if out.num_rows:
+                yield out
     if report is not None:
         report(metrics)

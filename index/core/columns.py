@@ -1,9 +1,9 @@
 """Columnar building blocks shared by the indexes: growable arrays, range expansion and
-the grouping of a batch's (event, value) pairs by attribute and of answers by event."""
+the grouping of a batch's (event, value) pairs by attribute."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import chain, repeat
 
 import numpy as np
@@ -154,15 +154,6 @@ def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, n
     first = np.cumsum(counts) - counts
     index = np.arange(total, dtype=np.int64) - first[owner] + np.asarray(starts, np.int64)[owner]
     return owner, index
-
-
-def group_by_event(n_events: int, events: np.ndarray, slots: np.ndarray) -> list[Iterable[int]]:
-    """Split (event, slot) pairs into one list of slots per event."""
-    order = np.argsort(events, kind="stable")
-    events, slots = events[order], slots[order]
-    bounds = np.searchsorted(events, np.arange(n_events + 1))
-    as_list = slots.tolist()
-    return [as_list[bounds[i] : bounds[i + 1]] for i in range(n_events)]
 
 
 def group_pairs(events: Sequence[FlatEvent], index_of: dict[tuple[str, Kind], int]

@@ -18,8 +18,8 @@ all indexes (every matcher but the reference ``scan``):
   verified: a family's lookup hands over every conjunct with a pattern), *verify* (the
   exact check of predicates the lookup did not decide, :meth:`IndexedMatcher._verify`),
   the *residual check* of conjuncts no index decides
-  (:meth:`index.core.registry.ConjunctRegistry.keep_satisfied`), and finally *group by event*
-  (:func:`index.core.columns.group_by_event`).
+  (:meth:`index.core.registry.ConjunctRegistry.keep_satisfied`), and finally the
+  distinct (event, subscription slot) pairs, by event.
 
 Chunks keep a batch's intermediate columns bounded: a chunk is sized so that its work
 (hits, candidates, counter cells: what the family reports) stays near
@@ -31,12 +31,10 @@ matcher has :data:`FIRST_CHUNK` events), and so that dense per-event tables of
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from index.core.columns import group_by_event
 from index.core.registry import ConjunctRegistry
 from index.events import FlatEvent
 from index.language import Conjunct, Subscription
@@ -103,7 +101,7 @@ class IndexedMatcher(Matcher):
 
     # -- matching ----------------------------------------------------------------------
 
-    def _match_flat(self, events: list[FlatEvent]) -> list[Iterable[int]]:
+    def _match_flat_pairs(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
         batch = self._begin(events)
         found_e, found_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
         first = 0
@@ -121,8 +119,11 @@ class IndexedMatcher(Matcher):
             found_e.append(e + first)
             found_c.append(c)
             first = last
-        slots = self.registry.slot.data[np.concatenate(found_c)]
-        return group_by_event(len(events), np.concatenate(found_e), slots)
+        slots = self.registry.slot.data[np.concatenate(found_c)].astype(np.int64)
+        # by event, each pair once: a subscription of several conjuncts may match an
+        # event through more than one (slots and event indexes are below 2**31)
+        pairs = np.unique((np.concatenate(found_e) << 32) | slots)
+        return pairs >> 32, pairs & 0xFFFFFFFF
 
     def _chunk_end(self, batch: Batch, first: int) -> int:
         size = int(WORK_BUDGET / self._work_per_event)

@@ -78,6 +78,19 @@ def test_match_flat_batch_matches_flattened_events_like_match_batch(matcher):
     assert matcher.match_flat_batch([]) == matcher.match_batch([]) == []
 
 
+def test_match_flat_pairs_lists_each_match_once_by_event(matcher):
+    # "either" matches the first event through both of its conjuncts: one pair all the same
+    matcher.add_many([("either", "a = 1 or b = 2"), ("big", "a > 0"), ("none", "a < 0")])
+    matcher.check()
+    flat = [flatten_event(event) for event in ({"a": 1, "b": 2}, {}, {"b": 2}, {"a": 5})]
+    events, ids = matcher.match_flat_pairs(flat)
+    assert sorted(zip(events.tolist(), ids, strict=True)) == [
+        (0, "big"), (0, "either"), (2, "either"), (3, "big")]
+    assert events.tolist() == sorted(events.tolist())
+    events, ids = matcher.match_flat_pairs([])
+    assert (len(events), ids) == (0, [])
+
+
 def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
     matcher.add_many([("x", "a = 1"), ("x", "a = 2")])
     matcher.check()

@@ -348,7 +348,8 @@ def test_notifications_decode_to_what_was_matched() -> None:
         (None, b'{"price": 50}', "events", 0, 4, 1001),
         (None, b"{bad", "events", 1, 0, 1002),
     ]
-    topics, keys, values = match_rows(index, SETTINGS, rows, metrics)
+    records = match_rows(index, SETTINGS, rows, metrics).to_pydict()
+    topics, keys, values = records["topic"], records["key"], records["value"]
     out = {t: (k, v) for t, k, v in zip(topics, keys, values, strict=True)}
     assert sorted(topics) == ["notif", "rej"]
     assert out["notif"][0] == b"s1" and out["rej"][0] is None
@@ -391,10 +392,10 @@ class ExplodingMatcher:
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self.inner
 
-    def match_flat_batch(self, flat_events: list[dict[str, Any]]) -> list[set[Any]]:
+    def match_flat_pairs(self, flat_events: list[dict[str, Any]]) -> tuple[Any, list[Any]]:
         if any("boom" in e for e in flat_events):
             raise ZeroDivisionError("division by zero")
-        return self.inner.match_flat_batch(flat_events)
+        return self.inner.match_flat_pairs(flat_events)
 
 
 def test_an_event_the_matcher_fails_on_is_rejected_and_the_others_are_matched() -> None:
@@ -404,7 +405,8 @@ def test_an_event_the_matcher_fails_on_is_rejected_and_the_others_are_matched() 
     metrics = TaskMetrics()
     rows = [(b"e1", b'{"a": 1}', "ev", 0, 0, 1), (b"e2", b'{"a": 2, "boom": 1}', "ev", 0, 1, 1),
             (b"e3", b'{"a": 3}', "ev", 0, 2, 1)]  # fmt: skip
-    topics, keys, values = match_rows(index, SETTINGS, rows, metrics)
+    records = match_rows(index, SETTINGS, rows, metrics).to_pydict()
+    topics, keys, values = records["topic"], records["key"], records["value"]
     assert sorted(zip(topics, keys, strict=True)) == [("notif", b"s1"), ("notif", b"s1"),
                                                       ("rej", b"e2")]  # fmt: skip
     rejected = parse_rejected(values[topics.index("rej")])
