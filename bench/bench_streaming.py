@@ -265,6 +265,8 @@ def main() -> int:
             "breakdown": breakdown(reports[first:]),
         }
         log.info("latency: %s", results["latency"])
+        results["worker_peak_rss_bytes"] = max(r.workers.peak_rss_bytes for r in reports)
+        results["index_bytes"] = max(r.workers.index_bytes for r in reports)
         results["matches_per_event"] = results["throughput"]["notifications"] / args.backlog
     finally:
         collector.stop.set()
@@ -413,7 +415,8 @@ read by the query.
 
 | figure | value |
 | --- | --- |
-| subscribe {r["subscriptions"]:,} (publish → applied in Redis) | {r["subscribe_s"]:.1f} s |
+| subscribe {r["subscriptions"]:,} (publish → applied in Redis, the batch's workers caught \
+up) | {r["subscribe_s"]:.1f} s |
 | warm-up: each Python worker loads the index | {r["warmup_s"]:.1f} s |
 | psmatch: backlog of {tp["events"]:,} events drained | {tp["drain_s"]:.1f} s → \
 **{tp["events_per_s"]:,.0f} events/s** ({tp["notifications_per_s"]:,.0f} notifications/s) |
@@ -423,6 +426,9 @@ read by the query.
 | latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
 | publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
+| Python worker peak resident memory (the most of any worker) | \
+{r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
+| index estimated bytes (`Matcher.stats()`, one worker's) | {r["index_bytes"] / 2**20:,.0f} MiB |
 
 Where a psmatch batch's time goes (mean per batch with events; backlog phase:
 {tp["breakdown"]["batches"]:.0f} batches of {tp["breakdown"]["events_per_batch"]:,.0f} events):
@@ -444,7 +450,8 @@ Latency is sampled on every 10th notification as it arrives at a consumer.
 
 | phase | figure |
 | --- | --- |
-| subscribe {r["subscriptions"]:,} (publish → applied in Redis) | {r["subscribe_s"]:.1f} s |
+| subscribe {r["subscriptions"]:,} (publish → applied in Redis, the batch's workers caught \
+up) | {r["subscribe_s"]:.1f} s |
 | warm-up: each Python worker loads the index once | {r["warmup_s"]:.1f} s |
 | throughput: backlog of {tp["events"]:,} events drained | {tp["drain_s"]:.1f} s |
 | events/s in (backlog) | {tp["events_per_s"]:,.0f} |

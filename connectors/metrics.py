@@ -199,6 +199,12 @@ class ServiceMetrics:
             "psmatch_index_estimated_bytes",
             "Estimated memory of one worker's index at the last batch.", registry=r,
         )  # fmt: skip
+        self.worker_peak_rss = Gauge(
+            "psmatch_worker_peak_resident_bytes",
+            "The most resident memory any Python worker process that matched the last "
+            "batch has had since it started (its index, parsing and matching included).",
+            registry=r,
+        )  # fmt: skip
         self.last_batch_time = Gauge(
             "psmatch_last_batch_timestamp_seconds",
             "Unix time at which the last micro-batch with input finished.", registry=r,
@@ -274,6 +280,7 @@ class ServiceMetrics:
             self.index_predicates.set(w.index_predicates)
             self.index_spaces.set(w.index_spaces)
             self.index_bytes.set(w.index_bytes)
+            self.worker_peak_rss.set(w.peak_rss_bytes)
         if report.subscription_records or report.events:
             self.last_batch_time.set_to_current_time()
 

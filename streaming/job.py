@@ -116,7 +116,8 @@ class BatchReport:
             f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s, redis {self.state_s:.2f} s, "
             f"match+write {self.match_write_s:.2f} s; in workers: catch-up "
             f"{w.sync_s:.2f} s, parse {w.parse_s:.2f} s, "
-            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s]{sharding}"
+            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s; worker peak RSS "
+            f"{w.peak_rss_bytes / 2**20:,.0f} MiB]{sharding}"
         )
 
     def rejects_line(self) -> str | None:

@@ -25,6 +25,7 @@ Arrow batches of ``(topic, key, value)`` for Spark's Kafka sink. Each task repor
 from __future__ import annotations
 
 import logging
+import resource
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -90,6 +91,7 @@ class TaskMetrics:
     index_predicates: int = 0
     index_spaces: int = 0
     index_bytes: int = 0
+    peak_rss_bytes: int = 0  # the most resident memory a worker process had, ever
     process_indexes: int = 0
     shard_subscriptions: dict[int, int] = field(default_factory=dict)  # by shard number
     rejects: dict[str, int] = field(default_factory=dict)  # by reject code
@@ -107,7 +109,7 @@ class TaskMetrics:
                      "match_s", "encode_s", "reloads"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("lag", "index_subscriptions", "index_predicates", "index_spaces",
-                     "index_bytes", "process_indexes"):  # fmt: skip
+                     "index_bytes", "peak_rss_bytes", "process_indexes"):  # fmt: skip
             setattr(self, name, max(getattr(self, name), getattr(other, name)))
         for shard, n in other.shard_subscriptions.items():
             self.shard_subscriptions[shard] = max(self.shard_subscriptions.get(shard, 0), n)
@@ -553,5 +555,7 @@ def match_batches(
         for out in match_rows(index, settings, rows, metrics, shard == 0).to_batches():
             if out.num_rows:
                 yield out
+    # ru_maxrss is in KiB on Linux (the platform the service runs on)
+    metrics.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if report is not None:
         report(metrics)

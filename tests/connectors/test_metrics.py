@@ -26,7 +26,7 @@ def report(**changes: Any) -> BatchReport:
     workers: dict[str, Any] = dict(
         tasks=2, events=10, rejected=2, notifications=25, sync_s=0.05, parse_s=0.02,
         match_s=0.3, encode_s=0.04, reloads=1, lag=3, index_subscriptions=42,
-        index_predicates=90, index_spaces=5, index_bytes=123_456,
+        index_predicates=90, index_spaces=5, index_bytes=123_456, peak_rss_bytes=654_321,
         rejects={"invalid_json": 2},
     )  # fmt: skip
     values: dict[str, Any] = dict(
@@ -93,6 +93,7 @@ def test_a_batch_report_moves_counters_and_sets_gauges() -> None:
     assert value(m, "psmatch_worker_tasks_total") == 4
     assert value(m, "psmatch_worker_index_reloads_total") == 2
     assert value(m, "psmatch_index_estimated_bytes") == 123_456
+    assert value(m, "psmatch_worker_peak_resident_bytes") == 654_321
     assert value(m, "psmatch_index_predicates") == 90
     assert value(m, "psmatch_index_spaces") == 5
     assert value(m, "psmatch_batch_duration_seconds_count") == 2
@@ -109,6 +110,7 @@ def test_a_batch_without_tasks_leaves_the_index_gauges() -> None:
     m.observe_batch(report())
     m.observe_batch(report(tasks=0, index_bytes=0, lag=0, events=0, rejected=0, rejects={}))
     assert value(m, "psmatch_index_estimated_bytes") == 123_456
+    assert value(m, "psmatch_worker_peak_resident_bytes") == 654_321
     assert value(m, "psmatch_match_duration_seconds_count") == 1
 
 
@@ -212,6 +214,10 @@ def test_a_matching_task_reports_its_figures_with_its_result(store: StateStore) 
     assert first.notifications == 3 and first.events == 3 and first.rejected == 2
     assert first.index_subscriptions == 3 and first.index_predicates >= 3
     assert first.rejects == {"invalid_json": 1, "invalid_record": 1}
+    # this process's peak resident memory, as /proc tells it (Linux, in KiB)
+    with open("/proc/self/status") as status:
+        hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    assert 0 < first.peak_rss_bytes <= hwm * 1024
     # the next batch replays two changes from the log: lag 2, no reload
     v2 = store.apply(
         [
