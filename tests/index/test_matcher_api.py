@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from index import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
@@ -89,6 +91,28 @@ def test_match_flat_pairs_lists_each_match_once_by_event(matcher):
     assert events.tolist() == sorted(events.tolist())
     events, ids = matcher.match_flat_pairs([])
     assert (len(events), ids) == (0, [])
+
+
+def test_add_many_pauses_the_cyclic_collector_and_restores_it(matcher):
+    seen = []
+
+    def items():
+        for i in range(3):
+            seen.append(gc.isenabled())
+            yield i, f"a = {i}"
+
+    assert gc.isenabled()
+    matcher.add_many(items())
+    assert seen == [False] * 3 and gc.isenabled()
+    gc.disable()
+    try:
+        with pytest.raises(ExpressionError):
+            matcher.add_many([(9, "a <")])
+        assert not gc.isenabled()  # a caller's own choice is kept, even on an error
+    finally:
+        gc.enable()
+    matcher.check()
+    assert matcher.match({"a": 1}) == {1}
 
 
 def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
