@@ -1,14 +1,16 @@
-"""How long a Python worker takes to be ready: full reload and change-log catch-up.
+"""How long a Python worker takes to be ready, and how much memory it takes.
 
 A script, not a test. Starts its own redis-server (or uses ``--redis-url``), stores a
-BE-Gen workload's subscriptions in the Redis state (as the driver stores them) and times,
-in this process, what a Spark Python worker does in :func:`streaming.worker.sync_index`:
+BE-Gen workload's subscriptions in the Redis state (as the driver stores them) and times
+what a Spark Python worker does in :func:`streaming.worker.sync_index`, each step in a
+fresh Python process (as a new worker), reporting its wall and CPU time and its peak
+resident memory:
 
-1. *full reload*: a worker with no index reads every subscription from Redis and builds
-   its matcher (first use, or too far behind the change log);
-2. *catch-up*: a worker at version ``v`` replays ``--changes`` puts from the change log;
-3. *snapshot*: a worker reloads and writes its index snapshot (:mod:`streaming.snapshots`),
-   then a new worker starts from that snapshot.
+1. *full reload + snapshot write*: a worker with no index reads every subscription from
+   Redis, builds its matcher and writes its index snapshot (:mod:`streaming.snapshots`);
+2. ``--changes`` puts are then applied to the state (each replacing a subscription);
+3. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
+   from the change log.
 
 Usage::
 
@@ -19,13 +21,12 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,11 +34,32 @@ sys.path.insert(0, str(ROOT))
 
 from connectors.local import RedisServer  # noqa: E402
 from connectors.state import SourceChange, StateStore  # noqa: E402
-from streaming import worker  # noqa: E402
 from streaming.records import dumps_record  # noqa: E402
-from streaming.worker import WorkerSettings, sync_index  # noqa: E402
+from streaming.worker import WorkerSettings  # noqa: E402
 
 log = logging.getLogger("bench")
+
+
+def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
+    """Run :func:`sync_index` to ``version`` in a fresh process (a new Python worker);
+    its wall and CPU seconds, peak resident bytes and the changes it replayed."""
+    fields = {name: getattr(settings, name) for name in (
+        "redis_url", "redis_prefix", "retention", "matcher", "notifications_topic",
+        "rejected_topic", "snapshot_dir")}  # fmt: skip
+    code = (
+        "import json, resource, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from streaming.worker import WorkerSettings, sync_index\n"
+        f"settings = WorkerSettings(**json.loads({json.dumps(fields)!r}))\n"
+        "t, c = time.perf_counter(), time.process_time()\n"
+        f"index = sync_index(settings, {version})\n"
+        "print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': time.process_time() - c,"
+        " 'peak_rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
+        " 'replayed': index.replayed, 'subscriptions': len(index.matcher),"
+        " 'version': index.version}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -67,49 +89,33 @@ def main() -> int:
     try:
         store.apply([SourceChange("subs:0", i, f"s{sid}", dumps_record(expr, "bench", {}))
                      for i, (sid, expr) in enumerate(subs)])  # fmt: skip
-        settings = WorkerSettings(url, prefix, retention, args.matcher, "n", "r")
-        t0 = time.perf_counter()
-        index = sync_index(settings, len(subs))
-        reload_s = time.perf_counter() - t0
-        assert len(index.matcher) == len(subs) and index.version == len(subs)
-        log.info("full reload of %d subscriptions (%s): %.2f s", len(subs), args.matcher,
-                 reload_s)  # fmt: skip
+        settings = WorkerSettings(url, prefix, retention, args.matcher, "n", "r",
+                                  snapshot_dir=str(work / "snapshots"))  # fmt: skip
+        reload = worker_step(settings, len(subs))
+        assert reload["subscriptions"] == len(subs) and reload["version"] == len(subs)
+        size = sum(p.stat().st_size for p in (work / "snapshots").iterdir())
+        log.info("full reload + snapshot write: %s (%.0f MB)", reload, size / 1e6)
 
-        # catch-up: the worker is at version v; the log holds the next --changes puts,
-        # each replacing an existing subscription by another one of the workload
+        # the snapshot falls behind: --changes puts, each replacing a subscription by
+        # another one of the workload
         offset = len(subs)
         store.apply([SourceChange("subs:0", offset + i, f"s{subs[i % len(subs)][0]}",
                                   dumps_record(subs[(i + 1) % len(subs)][1], "bench", {}))
                      for i in range(args.changes)])  # fmt: skip
-        t0 = time.perf_counter()
-        index = sync_index(settings, len(subs) + args.changes)
-        catch_up_s = time.perf_counter() - t0
-        assert index.reloads == 1 and len(index.matcher) == len(subs)
-        log.info("catch-up of %d changes: %.2f s", args.changes, catch_up_s)
-
-        version = len(subs) + args.changes
-        snapshots = replace(settings, snapshot_dir=str(work / "snapshots"))
-        worker._CACHE.clear()
-        t0 = time.perf_counter()
-        sync_index(snapshots, version)
-        save_s = time.perf_counter() - t0
-        size = sum(p.stat().st_size for p in (work / "snapshots").iterdir())
-        worker._CACHE.clear()
-        t0 = time.perf_counter()
-        index = sync_index(snapshots, version)
-        load_s = time.perf_counter() - t0
-        assert len(index.matcher) == len(subs) and index.version == version
-        log.info("reload + snapshot write: %.2f s (%.0f MB); start from it: %.2f s",
-                 save_s, size / 1e6, load_s)  # fmt: skip
+        ready = worker_step(settings, len(subs) + args.changes)
+        assert ready["replayed"] == args.changes and ready["subscriptions"] == len(subs)
+        log.info("ready from the snapshot: %s", ready)
+        mib = 2**20
         print(
-            f"matcher {args.matcher}, {len(subs):,} BE-Gen subscriptions "
-            f"(matching probability {args.matching_probability}): full reload "
-            f"{reload_s:.2f} s; catch-up of {args.changes:,} changes {catch_up_s:.2f} s; "
-            f"reload + snapshot write {save_s:.2f} s ({size / 1e6:.0f} MB); "
-            f"start from the snapshot {load_s:.2f} s"
+            f"matcher {args.matcher}, {len(subs):,} BE-Gen subscriptions (matching "
+            f"probability {args.matching_probability}), each step a new process:\n"
+            f"  full reload + snapshot write ({size / 1e6:.0f} MB): {reload['wall_s']:.1f} s "
+            f"wall, {reload['cpu_s']:.1f} s CPU, peak RSS {reload['peak_rss'] / mib:,.0f} MiB\n"
+            f"  ready from the snapshot + {args.changes:,} changes replayed: "
+            f"{ready['wall_s']:.1f} s wall, {ready['cpu_s']:.1f} s CPU, peak RSS "
+            f"{ready['peak_rss'] / mib:,.0f} MiB"
         )
     finally:
-        worker._CACHE.clear()
         store.clear()
         if redis is not None:
             redis.stop()
