@@ -1,16 +1,20 @@
 """Compiled kernels of the PS-Tree matchers: the exact verification of candidates.
 
 Owns :func:`verify_candidates`, the loop :meth:`index.pstree.store.ConjunctStore.verify`
-runs over a chunk's (event, conjunct) candidates. It is compiled to machine code by
-numba (``nopython`` mode) on its first call and the machine code is cached on disk
+runs over a chunk's (event, conjunct) candidates, and the layout of the per-row table it
+reads (:data:`ROW_TREE` ..). The kernels are compiled to machine code by numba
+(``nopython`` mode) on their first call, and the machine code is cached on disk
 (``cache=True``: in ``__pycache__`` beside this module, or numba's user-wide cache
 directory where that is not writable), so a fresh process, such as a Spark Python
 worker, loads it instead of compiling it again.
 
-Why compiled: checked with numpy, each predicate step over a block of candidates is a
-dozen passes with their temporaries (gathers, comparisons, compaction of the survivors),
-so verification cost about ten numpy operations per candidate and predicate. The loop
-below touches each candidate's rows once and stops at its first false predicate.
+Why compiled: with numpy, each predicate step over a block of candidates was a dozen
+passes with their temporaries. What is left is memory latency: at a million conjuncts
+the predicate rows far exceed the processor's caches and candidates name conjuncts in
+no order, so each candidate costs cache misses. The kernel keeps them few and
+overlapped: a row's tree, hull and interval count share one 16-byte record (one miss,
+not four), and the candidates' first unchecked rows are found in a first pass whose
+loads do not depend on each other, so the processor overlaps their misses.
 """
 
 from __future__ import annotations
@@ -20,64 +24,81 @@ import numpy as np
 
 from index.pstree.forest import UNBOUNDED_HI
 
+ROW_TREE, ROW_LO, ROW_HI, ROW_INTERVALS = range(4)
+"""Columns of the ``[rows, 4]`` int32 table of predicate rows the kernel reads: the row's
+tree, the first and last space position of its hull, and its number of intervals."""
+
 
 @numba.njit(cache=True, nogil=True)
 def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                       positions: np.ndarray, alive: np.ndarray, pred_start: np.ndarray,
-                      pred_count: np.ndarray, pred_tree: np.ndarray, row_lo: np.ndarray,
-                      row_hi: np.ndarray, pred_iv_start: np.ndarray,
-                      pred_iv_count: np.ndarray, iv_lo_bid: np.ndarray,
-                      iv_lo_closed: np.ndarray, iv_hi_bid: np.ndarray,
+                      pred_count: np.ndarray, rows: np.ndarray, pred_iv_start: np.ndarray,
+                      iv_lo_bid: np.ndarray, iv_lo_closed: np.ndarray, iv_hi_bid: np.ndarray,
                       iv_hi_closed: np.ndarray, bound_rank: np.ndarray) -> np.ndarray:
-    """Indices of the candidates ``(events[i], cids[i])`` whose conjunct is live and whose
-    predicates from the ``checked[i]``-th on (in access order) hold for the event.
+    """Indices, in order, of the candidates ``(events[i], cids[i])`` whose conjunct is live
+    and whose predicates from the ``checked[i]``-th on (in access order) hold.
 
     ``positions`` is the ``[events, trees]`` position matrix (-1: the event lacks the
-    tree's attribute, which no predicate row admits); a predicate holds when the event's
-    position is inside its hull ``row_lo .. row_hi`` and, for a predicate of several
-    intervals, inside one of them (interval positions are computed from the bounds'
-    ranks as :meth:`index.pstree.store.ConjunctStore.row_positions` does; the
-    intervals are in order and disjoint, so the scan stops at the first one above).
-    The other arrays are the store's and the registry's columns.
+    tree's attribute, which no row admits); ``rows`` the ``[rows, 4]`` table of predicate
+    rows (:data:`ROW_TREE` ..); the other arrays are the store's, the registry's and the
+    forest's columns (:class:`index.pstree.store.ConjunctStore`). A predicate holds when
+    the event's position is inside its hull and, for a predicate of several intervals,
+    inside one of them (:func:`inside_any_interval`).
 
     Cost O(candidates + predicates checked until each candidate's first false one +
-    intervals scanned); memory: the returned indices.
+    intervals scanned); memory: two int32 and one int64 column of the candidates' length.
     """
-    kept = np.empty(len(cids), dtype=np.int64)
-    n_kept = 0
-    for i in range(len(cids)):
+    n = len(cids)
+    # Pass 1: each live candidate's first unchecked row (-1: dead) and its conjunct's end.
+    first = np.empty(n, dtype=np.int32)
+    end = np.empty(n, dtype=np.int32)
+    for i in range(n):
         cid = cids[i]
-        if not alive[cid]:
+        start = pred_start[cid]
+        first[i] = start + checked[i] if alive[cid] else -1
+        end[i] = start + pred_count[cid]
+    # Pass 2: the rows, from the first unchecked one to the first false one.
+    kept = np.empty(n, dtype=np.int64)
+    n_kept = 0
+    for i in range(n):
+        pid = first[i]
+        if pid < 0:
             continue
         event = events[i]
-        pid = pred_start[cid] + checked[i]
-        end = pred_start[cid] + pred_count[cid]
         holds = True
-        while pid < end:
-            pos = positions[event, pred_tree[pid]]
-            if pos < row_lo[pid] or pos > row_hi[pid]:
+        while pid < end[i]:
+            pos = positions[event, rows[pid, ROW_TREE]]
+            if pos < rows[pid, ROW_LO] or pos > rows[pid, ROW_HI] or (
+                    rows[pid, ROW_INTERVALS] > 1 and not inside_any_interval(
+                        pos, pred_iv_start[pid], rows[pid, ROW_INTERVALS], iv_lo_bid,
+                        iv_lo_closed, iv_hi_bid, iv_hi_closed, bound_rank)):
                 holds = False
                 break
-            if pred_iv_count[pid] > 1:
-                inside = False
-                first = pred_iv_start[pid]
-                for iid in range(first, first + pred_iv_count[pid]):
-                    lo_bid = iv_lo_bid[iid]
-                    lo = 0 if lo_bid < 0 else (
-                        2 * np.int64(bound_rank[lo_bid]) + 2 - np.int64(iv_lo_closed[iid]))
-                    if pos < lo:
-                        break
-                    hi_bid = iv_hi_bid[iid]
-                    hi = UNBOUNDED_HI if hi_bid < 0 else (
-                        2 * np.int64(bound_rank[hi_bid]) + np.int64(iv_hi_closed[iid]))
-                    if pos <= hi:
-                        inside = True
-                        break
-                if not inside:
-                    holds = False
-                    break
             pid += 1
         if holds:
             kept[n_kept] = i
             n_kept += 1
     return kept[:n_kept]
+
+
+@numba.njit(cache=True, nogil=True)
+def inside_any_interval(pos: int, first: int, count: int, iv_lo_bid: np.ndarray,
+                        iv_lo_closed: np.ndarray, iv_hi_bid: np.ndarray,
+                        iv_hi_closed: np.ndarray, bound_rank: np.ndarray) -> bool:
+    """Whether space position ``pos`` is inside one of the intervals ``first ..
+    first + count - 1``, whose positions come from their bounds' ranks as in
+    :meth:`index.pstree.store.ConjunctStore.row_table` (bound id -1: unbounded).
+    A predicate's intervals are in order and disjoint, so the scan stops at the first
+    interval above ``pos``. O(intervals scanned)."""
+    for iid in range(first, first + count):
+        lo_bid = iv_lo_bid[iid]
+        lo = 0 if lo_bid < 0 else (
+            2 * np.int64(bound_rank[lo_bid]) + 2 - np.int64(iv_lo_closed[iid]))
+        if pos < lo:
+            return False
+        hi_bid = iv_hi_bid[iid]
+        hi = UNBOUNDED_HI if hi_bid < 0 else (
+            2 * np.int64(bound_rank[hi_bid]) + np.int64(iv_hi_closed[iid]))
+        if pos <= hi:
+            return True
+    return False

@@ -24,7 +24,7 @@ from index.core.columns import GrowableArray, expand_ranges
 from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Predicate
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
-from index.pstree.kernels import verify_candidates
+from index.pstree.kernels import ROW_HI, ROW_INTERVALS, ROW_LO, ROW_TREE, verify_candidates
 
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
@@ -71,9 +71,9 @@ class ConjunctStore:
         self.iv_hi_bid = GrowableArray(np.int32)
         self.iv_hi_closed = GrowableArray(np.bool_)
         self.dead_rows = 0
-        # Space positions of every predicate row's hull, valid for one forest version.
-        self._row_lo = np.empty(0, dtype=np.int32)
-        self._row_hi = np.empty(0, dtype=np.int32)
+        # The verification kernel's table of predicate rows (tree, hull positions,
+        # intervals; index.pstree.kernels.ROW_TREE ..), valid for one forest version.
+        self._rows = np.empty((0, 4), dtype=np.int32)
         self._rows_version = -1
 
     # -- insertion and removal ------------------------------------------------------
@@ -305,23 +305,26 @@ class ConjunctStore:
         hi = np.where(hi_bid < 0, UNBOUNDED_HI, 2 * hi_rank + hi_closed.astype(np.int64))
         return lo, hi
 
-    def row_positions(self) -> tuple[np.ndarray, np.ndarray]:
-        """First and last space position of every predicate row's hull.
+    def row_table(self) -> np.ndarray:
+        """The ``[rows, 4]`` int32 table :func:`index.pstree.kernels.verify_candidates`
+        reads: per predicate row, its tree, the first and last space position of its
+        hull and its number of intervals, side by side so that one cache miss reads them.
 
-        Cached: recomputed (O(rows), vectorised) only after spaces split or merge,
-        extended for rows added since.
+        Cached: recomputed (O(rows), vectorised) only after spaces split or merge or
+        rows are compacted, extended for rows added since. 16 bytes per row.
         """
         n = len(self.pred_tree)
-        done = 0 if self._rows_version != self.forest.version else len(self._row_lo)
+        done = 0 if self._rows_version != self.forest.version else len(self._rows)
         if done < n:
-            lo, hi = self._positions(self.pred_lo_bid.view()[done:],
-                                     self.pred_lo_closed.view()[done:],
-                                     self.pred_hi_bid.view()[done:],
-                                     self.pred_hi_closed.view()[done:])
-            self._row_lo = np.concatenate([self._row_lo[:done], lo.astype(np.int32)])
-            self._row_hi = np.concatenate([self._row_hi[:done], hi.astype(np.int32)])
+            added = np.empty((n - done, 4), dtype=np.int32)
+            added[:, ROW_TREE] = self.pred_tree.view()[done:]
+            added[:, ROW_LO], added[:, ROW_HI] = self._positions(
+                self.pred_lo_bid.view()[done:], self.pred_lo_closed.view()[done:],
+                self.pred_hi_bid.view()[done:], self.pred_hi_closed.view()[done:])
+            added[:, ROW_INTERVALS] = self.pred_iv_count.view()[done:]
+            self._rows = np.concatenate([self._rows[:done], added])
             self._rows_version = self.forest.version
-        return self._row_lo, self._row_hi
+        return self._rows
 
     def verify(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -331,25 +334,24 @@ class ConjunctStore:
 
         ``positions`` is the chunk's ``[events, trees]`` position matrix (-1: absent).
         One call of the compiled :func:`index.pstree.kernels.verify_candidates`: cost
-        O(sum over candidates of the predicates checked until the first false one), with
-        no temporaries but the kept indices. The ``like`` patterns rows cannot hold are
-        left to the residual check.
+        O(sum over candidates of the predicates checked until the first false one), in
+        memory latency mostly (see :mod:`index.pstree.kernels`). The ``like`` patterns
+        rows cannot hold are left to the residual check.
         """
-        row_lo, row_hi = self.row_positions()
+        rows = self.row_table()
         kept = verify_candidates(
             events.astype(np.int64, copy=False), cids.astype(np.int64, copy=False),
             checked.astype(np.int64, copy=False), positions, self.registry.alive.data,
-            self.pred_start.data, self.pred_count.data, self.pred_tree.data, row_lo, row_hi,
-            self.pred_iv_start.data, self.pred_iv_count.data, self.iv_lo_bid.data,
-            self.iv_lo_closed.data, self.iv_hi_bid.data, self.iv_hi_closed.data,
-            self.forest.bound_rank)
+            self.pred_start.data, self.pred_count.data, rows, self.pred_iv_start.data,
+            self.iv_lo_bid.data, self.iv_lo_closed.data, self.iv_hi_bid.data,
+            self.iv_hi_closed.data, self.forest.bound_rank)
         return events[kept].astype(np.int64, copy=False), cids[kept].astype(np.int64, copy=False)
 
     # -- bookkeeping -------------------------------------------------------------------
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self._columns) + self._row_lo.nbytes + self._row_hi.nbytes
+        return sum(c.nbytes for c in self._columns) + self._rows.nbytes
 
     def conjunct(self, cid: int) -> Conjunct:
         """The live conjunct ``cid`` rebuilt from its rows (values from the trees' bounds).
