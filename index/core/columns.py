@@ -31,6 +31,28 @@ def zero_padded(column: np.ndarray, size: int) -> np.ndarray:
     return grown
 
 
+def insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """``column`` with ``items[j]`` inserted before its entry ``at[j]`` (``at``
+    non-decreasing, equal ones keep the items' order). O(len + k); unlike ``np.insert``
+    no sort of ``at`` and no copy of it beside the one mask: how sorted columns (a
+    tree's bounds, a multimap's main part) take new entries."""
+    k = len(items)
+    if k <= _SLICED_MAX:  # a single add: a few slices, one concatenate
+        pieces, previous = [], 0
+        for j, i in enumerate(at.tolist()):
+            pieces += (column[previous:i], items[j : j + 1])
+            previous = i
+        pieces.append(column[previous:])
+        return np.concatenate(pieces).astype(column.dtype, copy=False)
+    out = np.empty(len(column) + k, dtype=column.dtype)
+    slots = at + np.arange(k)
+    keep = np.ones(len(out), dtype=bool)
+    keep[slots] = False
+    out[slots] = items
+    out[keep] = column
+    return out
+
+
 def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each query is in the sorted column ``sorted_keys`` and whether it is there:
     ``(at, found)``, ``at`` valid only where ``found``. O(q log n), vectorised."""
@@ -40,6 +62,9 @@ def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarra
     return at, sorted_keys[at] == queries
 
 
+_SLICED_MAX = 8
+"""Up to this many items, :func:`insert_sorted` concatenates slices (numpy's fixed
+costs per call dominate a single add)."""
 SPARE_SHARE = 8
 """A compacted array keeps 1/SPARE_SHARE of its length spare (the registry purges after
 removals of an eighth of the live conjuncts, whose replacements then fit)."""

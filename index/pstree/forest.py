@@ -35,7 +35,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from index.core.columns import group_pairs, grown_capacity, zero_padded
+from index.core.columns import group_pairs, grown_capacity, insert_sorted, zero_padded
 from index.errors import PsmatchError
 from index.language import Kind, Value
 
@@ -188,27 +188,6 @@ class SpaceTable:
         assert self.live + len(idle) == self.size, "a space id is neither live nor freed"
 
 
-def _insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.ndarray:
-    """``column`` with ``items[j]`` inserted before its entry ``at[j]`` (``at``
-    non-decreasing, equal ones keep the items' order). O(len + k); unlike ``np.insert``
-    no sort of ``at`` and no copy of it beside the one mask."""
-    k = len(items)
-    if k <= _BISECT_MAX:  # a single add: a few slices, one concatenate
-        pieces, previous = [], 0
-        for j, i in enumerate(at.tolist()):
-            pieces += (column[previous:i], items[j : j + 1])
-            previous = i
-        pieces.append(column[previous:])
-        return np.concatenate(pieces).astype(column.dtype, copy=False)
-    out = np.empty(len(column) + k, dtype=column.dtype)
-    slots = at + np.arange(k)
-    keep = np.ones(len(out), dtype=bool)
-    keep[slots] = False
-    out[slots] = items
-    out[keep] = column
-    return out
-
-
 def _check_capacity(size: int, what: str) -> None:
     if size >= MAX_IDS:
         raise PsmatchError(f"the index holds {size:,} {what}, the most its 32-bit ids "
@@ -256,23 +235,23 @@ class PSTree:
         """
         k = len(values)
         if self.kind is Kind.STRING:
-            self.keys = _insert_sorted(self.keys, below, values)
+            self.keys = insert_sorted(self.keys, below, values)
         else:
             hi, lo = number_columns(values)
-            self.hi = _insert_sorted(self.hi, below, hi)
-            self.lo = _insert_sorted(self.lo, below, lo)
+            self.hi = insert_sorted(self.hi, below, hi)
+            self.lo = insert_sorted(self.lo, below, lo)
         if k <= 8:  # a few list inserts (C memmoves) beat rebuilding the list
             for shift, (i, value) in enumerate(zip(below.tolist(), values, strict=True)):
                 self.values.insert(i + shift, value)
         else:
             present = np.empty(len(self.values), dtype=object)
             present[:] = self.values
-            self.values = _insert_sorted(present, below, values).tolist()
-        self.refs = _insert_sorted(self.refs, below, np.zeros(k, dtype=self.refs.dtype))
-        self.bound_ids = _insert_sorted(self.bound_ids, below, new_bound_ids)
+            self.values = insert_sorted(present, below, values).tolist()
+        self.refs = insert_sorted(self.refs, below, np.zeros(k, dtype=self.refs.dtype))
+        self.bound_ids = insert_sorted(self.bound_ids, below, new_bound_ids)
         gaps = self.space_ids[2 * below]
         new = self.spaces.new(self.tree_id, like=np.repeat(gaps, 2))
-        self.space_ids = _insert_sorted(self.space_ids, np.repeat(2 * below + 1, 2), new)
+        self.space_ids = insert_sorted(self.space_ids, np.repeat(2 * below + 1, 2), new)
         return Splits(np.full(k, self.tree_id, dtype=np.int32), gaps, new.reshape(k, 2))
 
     def sorted_distinct(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
