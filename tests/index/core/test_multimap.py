@@ -1,12 +1,16 @@
-"""The posting-list multimap: batched lookups equal a dict of lists, the key filter never
-drops a key and drops most missing queries."""
+"""The posting-list multimap: batched lookups equal a dict of lists (each key's values in
+insertion order, across merges of the delta into main and compactions), the key filter
+never drops a key and drops most missing queries."""
 
 from __future__ import annotations
+
+from unittest.mock import patch
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from index.core import multimap as multimap_module
 from index.core.multimap import KeyFilter, MultiMap
 
 keys = st.integers(min_value=-(2**40), max_value=2**40)
@@ -26,6 +30,44 @@ def test_lookup_returns_every_value_under_each_query(batches, queries) -> None:
     owner, values = multimap.lookup(np.array(queries, dtype=np.int64))
     got = sorted(zip(owner.tolist(), values.tolist(), strict=True))
     assert got == sorted((i, v) for i, q in enumerate(queries) for v in reference.get(q, []))
+
+
+@given(st.lists(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**31 - 1)), max_size=30),
+                max_size=12),
+       st.integers(0, 2**31 - 1))
+@settings(max_examples=200, deadline=None)
+def test_merges_and_compactions_keep_each_keys_values_in_insertion_order(batches,
+                                                                         drop) -> None:
+    """With a tiny merge threshold every few adds merge the delta into main (new keys and
+    keys main has): lookups keep giving each key's values in insertion order."""
+    with patch.object(multimap_module, "MERGE_MIN", 4):
+        multimap, reference = MultiMap(), {}
+        for batch in batches:
+            multimap.add(np.array([k for k, _ in batch], dtype=np.int64),
+                         np.array([v for _, v in batch], dtype=np.int32))
+            for k, v in batch:
+                reference.setdefault(k, []).append(v)
+            multimap.check()
+            queries = np.arange(-1, 42, dtype=np.int64)
+            owner, values = multimap.lookup(queries)
+            got: dict[int, list[int]] = {}
+            for i, v in zip(owner.tolist(), values.tolist(), strict=True):
+                got.setdefault(int(queries[i]), []).append(v)
+            assert got == reference
+        multimap.compact(lambda k, v: (v ^ drop) % 3 != 0)
+        multimap.check()
+        owner, values = multimap.lookup(np.arange(41, dtype=np.int64))
+        kept = [(k, v) for k in range(41) for v in reference.get(k, []) if (v ^ drop) % 3]
+        assert list(zip(owner.tolist(), values.tolist(), strict=True)) == kept
+
+
+def test_a_bulk_key_filter_add_sets_the_same_bits_as_single_adds() -> None:
+    keys = np.random.default_rng(3).integers(-(2**62), 2**62, 50_000)
+    bulk, one_by_one = KeyFilter(keys[:0], len(keys)), KeyFilter(keys[:0], len(keys))
+    bulk.add(keys)
+    for part in np.array_split(keys, 1000):  # below the scatter threshold each
+        one_by_one.add(part)
+    assert (bulk.words == one_by_one.words).all()
 
 
 def test_compact_keeps_what_the_filter_accepts_and_the_key_filter_follows() -> None:

@@ -18,7 +18,7 @@ from index.core.registry import ConjunctRegistry
 from index.events import flatten_event
 from index.language import Conjunct
 from index.pstree.forest import Forest
-from index.pstree.store import ConjunctStore
+from index.pstree.store import ConjunctStore, operator_ranks
 from tests.index.strategies import events, expressions, parsed
 
 
@@ -120,3 +120,27 @@ def test_no_candidates() -> None:
     empty = np.empty(0, dtype=np.int64)
     kept_e, kept_c = stored.store.verify(empty, empty, empty, positions)
     assert len(kept_e) == len(kept_c) == 0
+
+
+@given(st.lists(expressions(), min_size=1, max_size=30))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_operator_ranks_of_the_rows_equal_the_predicates_own(texts: list[str]) -> None:
+    """The columnar ranks insert_many orders predicates by equal
+    ``Predicate.operator_rank`` (and its interval count) of every stored row."""
+    conjuncts = _conjuncts(texts)
+    if not conjuncts:
+        return
+    store = Stored(conjuncts).store
+    niv = store.pred_iv_count.view().astype(np.int64)
+    iv_first = store.pred_iv_start.view().astype(np.int64)
+    ranks = operator_ranks(np.repeat(np.arange(len(niv)), niv), iv_first, niv,
+                           store.iv_lo_bid.view(), store.iv_lo_closed.view(),
+                           store.iv_hi_bid.view(), store.iv_hi_closed.view())
+    forest = store.forest
+    for cid in range(len(conjuncts)):
+        start = int(store.pred_start.data[cid])
+        for predicate in conjuncts[cid].predicates:
+            tree = forest.tree_of[(predicate.attribute, predicate.kind)]
+            row = start + store.pred_tree.view()[start:].tolist().index(tree)
+            rank, width = predicate.operator_rank
+            assert ranks[row] == rank * 1024 + min(width, 1023)
