@@ -29,10 +29,19 @@ class Stored:
         self.forest = Forest()
         self.registry = ConjunctRegistry()
         self.store = ConjunctStore(self.forest, self.registry)
-        self.conjuncts = conjuncts
-        self.cids = self.registry.allocate(list(range(len(conjuncts))), conjuncts)
-        inserted = self.store.insert_many(self.cids, conjuncts)
-        self.residual = inserted.residual
+        self.conjuncts: list[Conjunct] = []
+        self.cids = np.empty(0, dtype=np.int64)
+        self.residual = np.empty(0, dtype=bool)
+        self.add(conjuncts)
+
+    def add(self, conjuncts: list[Conjunct]) -> None:
+        """Store more conjuncts, each as its own subscription (slot = its index)."""
+        slots = list(range(len(self.conjuncts), len(self.conjuncts) + len(conjuncts)))
+        cids = self.registry.allocate(slots, conjuncts)
+        inserted = self.store.insert_many(cids, conjuncts)
+        self.conjuncts += conjuncts
+        self.cids = np.concatenate([self.cids, cids])
+        self.residual = np.concatenate([self.residual, inserted.residual])
         self.store.check()
 
     def remove(self, slot: int) -> None:
@@ -112,6 +121,30 @@ def test_verify_trusts_the_checked_predicates_and_drops_removed_conjuncts() -> N
     assert {(e, j) for e, j in kept if j != 0} == {(0, 2), (1, 2), (2, 2)}  # all checked
     stored.remove(1)
     assert stored.verify_all(batch, checked=3) == {(e, j) for e in (0, 1) for j in (0, 2)}
+
+
+def test_verify_follows_rows_added_split_and_compacted() -> None:
+    """The kernel's row table is cached per forest version: rows added without new
+    bounds extend it, new bounds (spaces split, positions move) and a compaction (rows
+    move) rebuild it; verify stays exact through all three."""
+    batch = [{"a": v, "b": w} for v in (0, 1, 2, 3, 4, 5, 6, 7) for w in (0, 1, 2)]
+    stored = Stored(_conjuncts([f"a in ({v}, {v + 2}) and b <= {v % 3}" for v in range(4)]))
+    _agrees(stored, batch, list(range(4)))
+    version = stored.forest.version
+    stored.add(_conjuncts(["a = 2 and b = 1", "a in (0, 4)"]))  # existing bounds only
+    assert stored.forest.version == version
+    _agrees(stored, batch, list(range(6)))
+    assert len(stored.store.row_table()) == len(stored.store.pred_tree)
+    stored.add(_conjuncts(["a > 4.5 and b != 0", "a not in (1, 3, 6) and b >= 1"]))
+    assert stored.forest.version != version  # 4.5 and 6 split spaces of a
+    _agrees(stored, batch, list(range(8)))
+    for slot in (0, 2, 4, 6):
+        stored.remove(slot)
+    stored.store.compact()
+    stored.store.check()
+    live_rows = sum(len(stored.conjuncts[j].predicates) for j in (1, 3, 5, 7))
+    assert stored.store.dead_rows == 0 and len(stored.store.pred_tree) == live_rows
+    _agrees(stored, batch, [1, 3, 5, 7])
 
 
 def test_no_candidates() -> None:
