@@ -8,11 +8,16 @@ shard count, see :mod:`streaming.shards`), in a directory every executor reaches
 
     <dir>/<sha256(prefix)[:16]>-<matcher>-<shard>of<shards>.snapshot
 
-    {"format": "psmatch-index-snapshot", "format_version": 2, "index_code": <sha256 of
+    {"format": "psmatch-index-snapshot", "format_version": 3, "index_code": <sha256 of
      the index package's source>, "prefix": ..., "matcher": ..., "shard": i, "shards": n,
      "version": <state version>, "last_change": <sha256 of the change at that version>,
-     "payload_bytes": n, "payload_sha256": ...}\\n
+     "payload_bytes": n, "payload_sha256": ...}<spaces up to 4095 bytes>\\n
     <payload: pickle of (matcher, heads)>
+
+The payload is streamed to and from the file (the header line is reserved first and
+filled in once the payload's size and checksum are known), so neither writing nor
+loading holds a second copy of the index in memory: a worker's peak stays near its
+index's size.
 
 A snapshot is written to a temporary file in the same directory and renamed over the
 previous one (atomic on POSIX), so readers never see half a file. :func:`load_snapshot`
@@ -36,6 +41,7 @@ import pickle
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import index
 from connectors.state import Change
@@ -44,8 +50,11 @@ from index.errors import PsmatchError
 from streaming.shards import WHOLE, Shard
 
 FORMAT = "psmatch-index-snapshot"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MAX_HEADER_BYTES = 4096
+"""The header line's length, newline included (padded with spaces)."""
+CHUNK_BYTES = 8 << 20
+"""Read at a time while the payload's checksum is checked."""
 
 
 @functools.cache
@@ -105,25 +114,29 @@ def save_snapshot(
     change at ``version``, ``None`` at version 0), atomically replacing any previous one
     of that shard; returns its path.
 
-    Cost: one pickle of the matcher (its numpy columns are copied as they are) and one
-    SHA-256 over it; the file is about ``matcher.stats().estimated_bytes`` plus the ids.
+    Cost: one pickle of the matcher, streamed to the file (its numpy columns are written
+    as they are) and checksummed on the way; the file is about
+    ``matcher.stats().estimated_bytes`` plus the ids and heads.
     """
-    payload = pickle.dumps((matcher, heads), protocol=pickle.HIGHEST_PROTOCOL)
-    header = {
-        "format": FORMAT, "format_version": FORMAT_VERSION,
-        "index_code": index_code_digest(), "prefix": prefix,
-        "matcher": matcher.name, "shard": shard.number, "shards": shard.count,
-        "version": version, "last_change": last_change,
-        "payload_bytes": len(payload),
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
-    }  # fmt: skip
     path = snapshot_path(directory, prefix, matcher.name, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as out:
-            out.write(json.dumps(header, sort_keys=True).encode("utf-8") + b"\n")
-            out.write(payload)
+            # the header names the payload's size and checksum, known once it is written:
+            # its line is reserved first, padded, and filled in at the end
+            out.write(b" " * (MAX_HEADER_BYTES - 1) + b"\n")
+            payload = _HashingWriter(out)
+            pickle.dump((matcher, heads), payload, protocol=pickle.HIGHEST_PROTOCOL)
+            header = json.dumps({
+                "format": FORMAT, "format_version": FORMAT_VERSION,
+                "index_code": index_code_digest(), "prefix": prefix,
+                "matcher": matcher.name, "shard": shard.number, "shards": shard.count,
+                "version": version, "last_change": last_change,
+                "payload_bytes": payload.size, "payload_sha256": payload.sha256.hexdigest(),
+            }, sort_keys=True).encode("utf-8")  # fmt: skip
+            out.seek(0)
+            out.write(header.ljust(MAX_HEADER_BYTES - 1))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -131,23 +144,25 @@ def save_snapshot(
     return path
 
 
-def load_snapshot(
-    directory: str | Path, prefix: str, matcher: str, shard: Shard = WHOLE
-) -> Snapshot:
-    """The snapshot of ``matcher`` holding ``shard`` for ``prefix``;
-    :class:`SnapshotError` if there is none or it is not exactly what
-    :func:`save_snapshot` wrote for them.
+class _HashingWriter:
+    """A binary file's writer that also counts and checksums what goes through it."""
 
-    Cost: one read and one SHA-256 of the file, then one unpickle.
-    """
-    path = snapshot_path(directory, prefix, matcher, shard)
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.size = 0
+        self.sha256 = hashlib.sha256()
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.sha256.update(data)
+        self.size += memoryview(data).nbytes
+        return self.out.write(data)
+
+
+def _header(line: bytes, path: Path, prefix: str, matcher: str, shard: Shard) -> dict[str, Any]:
+    """The header of the snapshot at ``path`` if it is one of ``matcher`` holding ``shard``
+    for ``prefix``, written by this index code; else :class:`SnapshotError`."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SnapshotError(f"no snapshot at {path}: {exc.strerror}") from None
-    end = data.find(b"\n", 0, MAX_HEADER_BYTES)
-    try:
-        header = json.loads(data[:end]) if end > 0 else None
+        header = json.loads(line) if line.endswith(b"\n") else None
     except ValueError:
         header = None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
@@ -165,15 +180,43 @@ def load_snapshot(
     if (header.get("shard"), header.get("shards")) != (shard.number, shard.count):
         raise SnapshotError(f"{path} holds shard {header.get('shard')!r} of "
                             f"{header.get('shards')!r}, not {shard}")  # fmt: skip
-    payload = memoryview(data)[end + 1 :]
-    if (len(payload) != header.get("payload_bytes")
-            or hashlib.sha256(payload).hexdigest() != header.get("payload_sha256")):  # fmt: skip
-        raise SnapshotError(f"{path} is corrupt (its size or checksum differs from its header)")
-    version, last_change = header.get("version"), header.get("last_change")
-    identified = isinstance(last_change, str) or (version == 0 and last_change is None)
-    if not isinstance(version, int) or version < 0 or not identified:
-        raise SnapshotError(f"{path} has no valid state version")
-    loaded, heads = pickle.loads(payload)
+    return header
+
+
+def load_snapshot(
+    directory: str | Path, prefix: str, matcher: str, shard: Shard = WHOLE
+) -> Snapshot:
+    """The snapshot of ``matcher`` holding ``shard`` for ``prefix``;
+    :class:`SnapshotError` if there is none or it is not exactly what
+    :func:`save_snapshot` wrote for them.
+
+    Cost: one read and one SHA-256 of the file in chunks of :data:`CHUNK_BYTES`, then
+    one unpickle streamed from it (no copy of the file in memory).
+    """
+    path = snapshot_path(directory, prefix, matcher, shard)
+    try:
+        file = path.open("rb")
+    except OSError as exc:
+        raise SnapshotError(f"no snapshot at {path}: {exc.strerror}") from None
+    with file:
+        header = _header(file.readline(MAX_HEADER_BYTES), path, prefix, matcher, shard)
+        start = file.tell()
+        checksum, size = hashlib.sha256(), 0
+        while chunk := file.read(CHUNK_BYTES):
+            checksum.update(chunk)
+            size += len(chunk)
+        if size != header.get("payload_bytes") or checksum.hexdigest() != header.get(
+                "payload_sha256"):  # fmt: skip
+            raise SnapshotError(f"{path} is corrupt (its size or checksum differs from its "
+                                "header)")  # fmt: skip
+        version, last_change = header.get("version"), header.get("last_change")
+        identified = isinstance(last_change, str) or (version == 0 and last_change is None)
+        if not isinstance(version, int) or version < 0 or not identified:
+            raise SnapshotError(f"{path} has no valid state version")
+        # the open file still holds what was checked: a newer snapshot is another file,
+        # renamed over this one's name
+        file.seek(start)
+        loaded, heads = pickle.load(file)
     if not isinstance(loaded, Matcher) or loaded.name != matcher or not isinstance(heads, dict):
         raise SnapshotError(f"{path} does not hold a {matcher!r} matcher")
     return Snapshot(version, loaded, heads, last_change)

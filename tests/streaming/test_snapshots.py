@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import tracemalloc
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from connectors.state import SourceChange, StateStore
 from index import make_matcher
 from streaming import worker
 from streaming.job import snapshot_dir
-from streaming.snapshots import SnapshotError, load_snapshot, snapshot_path
+from streaming.snapshots import SnapshotError, load_snapshot, save_snapshot, snapshot_path
 from streaming.worker import WorkerSettings
 from tests.streaming.worker_state import put, worker_state
 
@@ -172,3 +173,28 @@ def test_snapshots_live_beside_a_local_checkpoint_only() -> None:
     assert snapshot_dir("/data/psmatch/checkpoint") == "/data/psmatch/checkpoint.snapshots"
     assert snapshot_dir("file:///data/ck/") == "/data/ck.snapshots"
     assert snapshot_dir("hdfs://nn/psmatch/checkpoint") is None
+
+
+def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path: Path) -> None:
+    """Counted with tracemalloc (numpy reports its buffers to it): loading holds the
+    index once, not also the file's bytes, and saving does not hold the pickle."""
+    matcher = make_matcher("psthash")
+    matcher.add_many((f"s{i}", f"a >= {i} and b < {i * 7 % 1000} and c = 'x{i % 97}'")
+                     for i in range(20_000))  # fmt: skip
+    heads = {f"s{i}": b"h" * 40 for i in range(20_000)}
+    tracemalloc.start()
+    try:
+        path = save_snapshot(tmp_path, "p:", 7, matcher, heads, "digest")
+        _, save_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        before, _ = tracemalloc.get_traced_memory()
+        snap = load_snapshot(tmp_path, "p:", "psthash")
+        _, load_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = path.stat().st_size
+    assert size > 10_000_000
+    assert save_peak < 0.25 * size  # the pickle went to the file as it was made
+    assert load_peak - before < 1.5 * size  # the index once (a read of the file: 2x)
+    assert snap.version == 7 and len(snap.matcher) == 20_000 and snap.heads == heads
+    snap.matcher.check()
