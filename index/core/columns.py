@@ -53,6 +53,20 @@ def insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.n
     return out
 
 
+def set_bits(words: np.ndarray, positions: np.ndarray) -> None:
+    """Set bit ``p % 64`` of word ``p // 64`` of the uint64 ``words`` for every ``p`` of
+    the uint64 ``positions`` (sorted in place). Each word's bits are ORed together with
+    ``reduceat`` and the word written once: several times faster than
+    ``np.bitwise_or.at``, which scatters bit by bit. O(k log k)."""
+    if not len(positions):
+        return
+    positions.sort()
+    word = positions >> np.uint64(6)
+    starts = np.flatnonzero(np.diff(word, prepend=word[0] + np.uint64(1)))
+    words[word[starts]] |= np.bitwise_or.reduceat(np.uint64(1) << (positions & np.uint64(63)),
+                                                  starts)
+
+
 def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each query is in the sorted column ``sorted_keys`` and whether it is there:
     ``(at, found)``, ``at`` valid only where ``found``. O(q log n), vectorised."""

@@ -24,7 +24,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges, find_sorted, insert_sorted
+from index.core.columns import (
+    GrowableArray,
+    expand_ranges,
+    find_sorted,
+    insert_sorted,
+    set_bits,
+)
+from index.errors import PsmatchError
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (keys, values) of all entries to a boolean mask of the entries to keep."""
@@ -36,6 +43,11 @@ BITS_PER_KEY = 8
 _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: spreads nearby keys
 _SCATTER_MAX = 256
 """Up to this many keys, :meth:`KeyFilter.add` scatters bits directly (a single add)."""
+FILTER_BLOCK = 1 << 20
+"""Keys a bulk :meth:`KeyFilter.add` hashes and sorts at once."""
+MAX_ENTRIES = 2**31 - 1
+"""Entries one multimap holds at most: its CSR offsets are int32, 4 bytes an entry less
+than int64 in the hash table, whose keys are nearly all distinct."""
 
 
 class KeyFilter:
@@ -55,19 +67,16 @@ class KeyFilter:
         return (keys.astype(np.uint64) * _FIBONACCI) >> self._shift
 
     def add(self, keys: np.ndarray) -> None:
-        """Set the bits of ``keys``. O(n) for a few keys; many are sorted by position so
-        that each word is ORed once (O(n log n), yet several times faster than
-        ``bitwise_or.at``, which pays a scatter per key)."""
+        """Set the bits of ``keys``. O(n) for a few keys; many a block of
+        :data:`FILTER_BLOCK` at a time (:func:`index.core.columns.set_bits`), so the
+        temporaries are those of one block, not of all the keys."""
         if len(keys) <= _SCATTER_MAX:
             position = self._positions(keys)
             np.bitwise_or.at(self.words, position >> np.uint64(6),
                              np.uint64(1) << (position & np.uint64(63)))
             return
-        position = np.sort(self._positions(keys))
-        word = position >> np.uint64(6)
-        starts = np.flatnonzero(np.diff(word, prepend=word[0] + np.uint64(1)))
-        self.words[word[starts]] |= np.bitwise_or.reduceat(
-            np.uint64(1) << (position & np.uint64(63)), starts)
+        for begin in range(0, len(keys), FILTER_BLOCK):
+            set_bits(self.words, self._positions(keys[begin : begin + FILTER_BLOCK]))
 
     def may_hold(self, queries: np.ndarray) -> np.ndarray:
         """The mask of ``queries`` that may be keys (every key is). O(q), vectorised."""
@@ -81,7 +90,7 @@ class MultiMap:
 
     def __init__(self) -> None:
         self._keys = np.empty(0, dtype=np.int64)
-        self._offsets = np.zeros(1, dtype=np.int64)
+        self._offsets = np.zeros(1, dtype=np.int32)
         self._values = np.empty(0, dtype=np.int32)
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
@@ -139,13 +148,13 @@ class MultiMap:
         keys."""
         self._merge_delta()
         if keep is not None:
-            counts = np.diff(self._offsets)
-            kept = keep(np.repeat(self._keys, counts), self._values)
+            kept = keep(np.repeat(self._keys, np.diff(self._offsets)), self._values)
             self._values = self._values[kept]
-            counts = (np.add.reduceat(kept, self._offsets[:-1], dtype=np.int64) if len(counts)
-                      else counts)
+            counts = (np.add.reduceat(kept, self._offsets[:-1], dtype=np.int32)
+                      if len(self._keys) else np.zeros(0, dtype=np.int32))
             self._keys = self._keys[counts > 0]
-            self._offsets = np.concatenate([[0], np.cumsum(counts[counts > 0])])
+            self._offsets = np.concatenate([[0], np.cumsum(counts[counts > 0])]
+                                           ).astype(np.int32)
         self._filter = KeyFilter(self._keys, len(self._keys) + MERGE_MIN)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
@@ -167,20 +176,34 @@ class MultiMap:
     def _merge_delta(self) -> None:
         """Interleave the sorted delta into main: each delta entry goes after main's
         entries of keys up to its own, so a key's values stay in insertion order.
-        O(n + d log d); the key filter is rebuilt only when main's keys outgrow it."""
+
+        O(n + d log d). Main's columns are rewritten one after the other (values,
+        offsets, keys), each old one freed before the next is built, so the temporaries
+        stay about one column of main; the key filter is rebuilt only when main's keys
+        outgrow it."""
         if not len(self._delta_keys):
             return
         keys, offsets, values = self._sorted_delta()
-        counts = np.diff(offsets)
-        below = self._offsets[np.searchsorted(self._keys, keys, side="right")]
-        self._values = insert_sorted(self._values, np.repeat(below, counts), values)
-        new = ~find_sorted(self._keys, keys)[1]
-        at = np.searchsorted(self._keys, keys[new])
-        merged_counts = insert_sorted(np.diff(self._offsets), at,
-                                      np.zeros(len(at), dtype=np.int64))
-        self._keys = insert_sorted(self._keys, at, keys[new])
-        merged_counts[np.searchsorted(self._keys, keys)] += counts
-        self._offsets = np.concatenate([[0], np.cumsum(merged_counts)])
+        if len(self._values) + len(values) > MAX_ENTRIES:
+            raise PsmatchError(f"a posting multimap would hold over {MAX_ENTRIES:,} entries, "
+                               "the most its 32-bit offsets can name: split the "
+                               "subscriptions over several matchers")
+        counts = np.diff(offsets).astype(np.int32)
+        at = np.searchsorted(self._keys, keys)  # main's keys below each delta key
+        present = np.zeros(len(keys), dtype=bool)
+        inside = np.flatnonzero(at < len(self._keys))
+        present[inside] = self._keys[at[inside]] == keys[inside]
+        self._values = insert_sorted(self._values, np.repeat(self._offsets[at + present], counts),
+                                     values)
+        # A new key starts where main's entries below it end; then every key moves right
+        # by the delta entries of the keys below it, a step at each delta key's place.
+        new = ~present
+        merged_at = at + np.cumsum(new) - new  # each delta key's index among main's + new
+        self._offsets = insert_sorted(self._offsets, at[new], self._offsets[at[new]])
+        self._offsets += np.repeat(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
+                                   np.diff(merged_at + 1, prepend=0,
+                                           append=len(self._offsets)))
+        self._keys = insert_sorted(self._keys, at[new], keys[new])
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
         self._delta_sorted = None
@@ -194,7 +217,7 @@ class MultiMap:
         assert (np.diff(self._keys) > 0).all(), "main keys not sorted and distinct"
         assert self._offsets[0] == 0 and self._offsets[-1] == len(self._values)
         assert (np.diff(self._offsets) > 0).all(), "an empty run in main"
-        assert self._values.dtype == np.int32 and self._offsets.dtype == np.int64
+        assert self._values.dtype == self._offsets.dtype == np.int32
         keys, _ = self.entries()
         assert self._filter.may_hold(keys).all(), "the key filter drops a key"
 

@@ -33,7 +33,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges, grown_capacity, zero_padded
+from index.core.columns import (
+    GrowableArray,
+    expand_ranges,
+    grown_capacity,
+    set_bits,
+    zero_padded,
+)
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
@@ -43,6 +49,8 @@ from index.pstree.store import InsertedConjuncts
 
 WIDE_SPACES = 32
 """Predicates covering more spaces than this stay out of the signatures."""
+SIGNATURE_BLOCK = 1 << 15
+"""Conjuncts :meth:`PSTBloomMatcher.build_signatures` reads at once."""
 BITS_PER_MEMBER = 8
 _HASH = np.uint64(0x9E3779B97F4A7C15)
 
@@ -127,53 +135,68 @@ class PSTBloomMatcher(ForestMatcher):
     def build_signatures(self) -> None:
         """Rebuild every space's Bloom signature from the live conjuncts.
 
-        Cost O(total spaces covered by signed predicates), vectorised.
+        Two passes over the live conjuncts, a block of :data:`SIGNATURE_BLOCK` at a time
+        (:meth:`_signed`): the first counts each space's members with a running sum over
+        the layout (no list of members) and marks the signed predicates, which sizes the
+        filters; the second sets the members' bits. The temporaries are those of one
+        block, whatever the index. Cost O(total spaces covered by signed predicates +
+        spaces x blocks), vectorised.
         """
-        store, forest = self.store, self.forest
-        spaces = forest.spaces
-        cids = np.flatnonzero(self.registry.alive.view())
-        counts = store.pred_count.view()[cids].astype(np.int64)
-        # Non-access predicate rows: k = 1 .. count-1.
-        owner, pids = expand_ranges(store.pred_start.view()[cids] + 1, np.maximum(counts - 1, 0))
-        ks = pids - store.pred_start.view()[cids][owner]
-        iv_owner, iids = expand_ranges(store.pred_iv_start.view()[pids],
-                                       store.pred_iv_count.view()[pids])
-        trees = store.pred_tree.view()[pids][iv_owner]
-        tree_sizes = np.array([len(t) for t in forest.trees], dtype=np.int64)
-        tree_base = np.concatenate([[0], np.cumsum(tree_sizes)[:-1]]) if len(tree_sizes) else (
-            np.zeros(0, np.int64))
-        all_sids = (np.concatenate([t.space_ids for t in forest.trees])
-                    if forest.trees else np.zeros(0, np.int64))
-        lo, hi = store._positions(store.iv_lo_bid.view()[iids], store.iv_lo_closed.view()[iids],
-                                  store.iv_hi_bid.view()[iids], store.iv_hi_closed.view()[iids])
-        hi = np.minimum(hi, tree_sizes[trees] - 1)
-        cover = np.maximum(hi - lo + 1, 0)
-        row_cover = np.bincount(iv_owner, weights=cover, minlength=len(pids))
-        signed_row = row_cover <= WIDE_SPACES
-        signed_iv = signed_row[iv_owner]
-        member_owner, gpos = expand_ranges((tree_base[trees] + lo)[signed_iv], cover[signed_iv])
-        member_sid = all_sids[gpos]
-        member_cid = cids[owner[iv_owner[signed_iv]][member_owner]]
-        size = spaces.size
-        count = np.bincount(member_sid, minlength=size)
+        spaces = self.forest.spaces
+        _, _, layout = self.forest.space_layout()
+        live = np.flatnonzero(self.registry.alive.view())
+        blocks = [live[i : i + SIGNATURE_BLOCK] for i in range(0, len(live), SIGNATURE_BLOCK)]
+        mask = np.zeros(len(self.sig_mask), dtype=np.uint64)
+        running = np.zeros(len(layout) + 1, dtype=np.int64)
+        for cids in blocks:
+            (row_cid, row_k), (_, first, cover) = self._signed(cids)
+            np.bitwise_or.at(mask, row_cid, np.uint64(1) << row_k.astype(np.uint64))
+            running += np.bincount(first, minlength=len(running))
+            running -= np.bincount(first + cover, minlength=len(running))
+        count = np.zeros(spaces.size, dtype=np.int64)
+        count[layout] = np.cumsum(running[:-1])
+        del running
         bits = np.maximum(64, 1 << np.ceil(np.log2(np.maximum(count * BITS_PER_MEMBER, 1)))
                           .astype(np.int64))
-        bits[~spaces.alive[:size]] = 0
+        bits[~spaces.alive[: spaces.size]] = 0
         words = bits // 64
         self.sig_offset = np.cumsum(words) - words
         self.sig_bits = bits
         pool = np.zeros(int(words.sum()), dtype=np.uint64)
-        for position in _bloom_bits(member_cid, bits[member_sid]):
-            word = self.sig_offset[member_sid] + (position >> 6)
-            np.bitwise_or.at(pool, word, np.uint64(1) << (position & 63).astype(np.uint64))
+        for cids in blocks:
+            _, (iv_cid, first, cover) = self._signed(cids)
+            member, position = expand_ranges(first, cover)
+            sid, cid = layout[position], iv_cid[member]
+            base = (self.sig_offset[sid] << 6).astype(np.uint64)
+            set_bits(pool, np.concatenate([base + bit.astype(np.uint64)
+                                           for bit in _bloom_bits(cid, bits[sid])]))
         self.sig_pool = pool
-        mask = np.zeros(len(self.sig_mask), dtype=np.uint64)
-        signed_k = ks[signed_row]
-        np.bitwise_or.at(mask, cids[owner[signed_row]],
-                         np.uint64(1) << signed_k.astype(np.uint64))
         self.sig_mask.replace(mask)
         self._added_since_build = 0
         self._removed_since_build = 0
+
+    def _signed(self, cids: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray],
+                                                 tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The signed predicates of conjuncts ``cids`` (those after the access predicate
+        covering at most :data:`WIDE_SPACES` spaces), as (cid, place in access order), and
+        their intervals as (cid, first layout position, spaces covered). O(predicates of
+        the conjuncts), vectorised."""
+        store = self.store
+        base, sizes, _ = self.forest.space_layout()
+        start = store.pred_start.data[cids].astype(np.int64)
+        owner, pids = expand_ranges(start + 1,
+                                    np.maximum(store.pred_count.data[cids].astype(np.int64) - 1, 0))
+        iv_owner, iids = expand_ranges(store.pred_iv_start.data[pids],
+                                       store.pred_iv_count.data[pids])
+        trees = store.pred_tree.data[pids][iv_owner]
+        lo, hi = store._positions(store.iv_lo_bid.data[iids], store.iv_lo_closed.data[iids],
+                                  store.iv_hi_bid.data[iids], store.iv_hi_closed.data[iids])
+        cover = np.maximum(np.minimum(hi, sizes[trees] - 1) - lo + 1, 0)
+        signed_row = np.bincount(iv_owner, weights=cover, minlength=len(pids)) <= WIDE_SPACES
+        signed_iv = signed_row[iv_owner]
+        return ((cids[owner[signed_row]], (pids - start[owner])[signed_row]),
+                (cids[owner[iv_owner[signed_iv]]], (base[trees] + lo)[signed_iv],
+                 cover[signed_iv]))
 
     def _signatures_stale(self) -> bool:
         live = max(self.registry.live, 1)

@@ -7,10 +7,14 @@ signatures (fresh, shared after a split, stale after a removal) is compared with
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from index import make_matcher
+from index.pstree import pstbloom
 from tests.index.strategies import events, expressions, parsed
 
 
@@ -49,3 +53,17 @@ def test_signatures_reject_candidates_whose_other_predicate_misses():
     assert (bloom.sig_mask.view() != 0).all()
     assert bloom.match({"a": 3, "b": 3}) == {3}
     assert bloom.match({"a": 3, "b": 4}) == set()
+
+
+@given(st.lists(expressions(), min_size=1, max_size=60), st.integers(1, 7))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_signatures_built_block_by_block_equal_those_built_at_once(texts: list[str],
+                                                                   block: int) -> None:
+    bloom = make_matcher("pstbloom")
+    bloom.add_many(list(enumerate(parsed(texts))))
+    whole = (bloom.sig_pool.copy(), bloom.sig_offset.copy(), bloom.sig_bits.copy(),
+             bloom.sig_mask.view().copy())
+    with patch.object(pstbloom, "SIGNATURE_BLOCK", block):
+        bloom.build_signatures()
+    blocks = (bloom.sig_pool, bloom.sig_offset, bloom.sig_bits, bloom.sig_mask.view())
+    assert all(np.array_equal(a, b) for a, b in zip(whole, blocks, strict=True))
