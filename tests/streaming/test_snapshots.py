@@ -177,24 +177,25 @@ def test_snapshots_live_beside_a_local_checkpoint_only() -> None:
 
 def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path: Path) -> None:
     """Counted with tracemalloc (numpy reports its buffers to it): loading holds the
-    index once, not also the file's bytes, and saving does not hold the pickle."""
+    loaded index, not also the file's bytes, and saving does not hold the pickle."""
     matcher = make_matcher("psthash")
-    matcher.add_many((f"s{i}", f"a >= {i} and b < {i * 7 % 1000} and c = 'x{i % 97}'")
-                     for i in range(20_000))  # fmt: skip
-    heads = {f"s{i}": b"h" * 40 for i in range(20_000)}
+    matcher.add_many((f"s{i}", f"a = {i} and b < {i % 50} and c = 'x{i % 97}'")
+                     for i in range(30_000))  # fmt: skip
+    heads = {f"s{i}": b"h" * 40 for i in range(30_000)}
     tracemalloc.start()
     try:
+        before, _ = tracemalloc.get_traced_memory()
         path = save_snapshot(tmp_path, "p:", 7, matcher, heads, "digest")
         _, save_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
-        before, _ = tracemalloc.get_traced_memory()
         snap = load_snapshot(tmp_path, "p:", "psthash")
-        _, load_peak = tracemalloc.get_traced_memory()
+        held, load_peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     size = path.stat().st_size
-    assert size > 10_000_000
-    assert save_peak < 0.25 * size  # the pickle went to the file as it was made
-    assert load_peak - before < 1.5 * size  # the index once (a read of the file: 2x)
-    assert snap.version == 7 and len(snap.matcher) == 20_000 and snap.heads == heads
-    snap.matcher.check()
+    assert size > 8_000_000
+    # beyond what they keep: a copy of the file (the pickle, the bytes read) is > 1x
+    assert save_peak - before < 0.5 * size
+    assert load_peak - held < 0.5 * size
+    assert snap.version == 7 and len(snap.matcher) == 30_000 and snap.heads == heads
+    assert snap.matcher.match({"a": 5, "b": 0, "c": "x5"}) == {"s5"}
