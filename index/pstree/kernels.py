@@ -14,7 +14,16 @@ the predicate rows far exceed the processor's caches and candidates name conjunc
 no order, so each candidate costs cache misses. The kernel keeps them few and
 overlapped: a row's tree, hull and interval count share one 16-byte record (one miss,
 not four), and the candidates' first unchecked rows are found in a first pass whose
-loads do not depend on each other, so the processor overlaps their misses.
+loads do not depend on each other, so the processor overlaps their misses. Measured on
+BE-Gen (matching probability 0.01 %, 2-core AMD EPYC, shared): about 50-65 ns per
+candidate at 1M subscriptions (9,300 candidates per event with PSTHash), 20-40 ns at
+100K, against 160-230 and 60-115 ns for the numpy passes. Splitting the candidates
+into cache-sized blocks, or partitioning them by conjunct id first, measured slower.
+
+A process pays for numba once: importing it (about 0.4 s CPU, and about 120 MB of
+resident memory, most of it pages of the shared LLVM library) and loading the cached
+machine code on the first call (about 0.2 s); compiling, when no cache is there, about
+1.3 s more.
 """
 
 from __future__ import annotations
@@ -46,7 +55,8 @@ def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
     inside one of them (:func:`inside_any_interval`).
 
     Cost O(candidates + predicates checked until each candidate's first false one +
-    intervals scanned); memory: two int32 and one int64 column of the candidates' length.
+    intervals scanned); memory: two int32 columns of the candidates' length, and the
+    kept indices.
     """
     n = len(cids)
     # Pass 1: each live candidate's first unchecked row (-1: dead) and its conjunct's end.

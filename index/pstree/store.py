@@ -378,9 +378,10 @@ class ConjunctStore:
         rows cannot hold are left to the residual check.
         """
         rows = self.row_table()
+        # The dtypes the families' lookups produce (no copy): one compiled signature.
         kept = verify_candidates(
             events.astype(np.int64, copy=False), cids.astype(np.int64, copy=False),
-            checked.astype(np.int64, copy=False), positions, self.registry.alive.data,
+            checked.astype(np.int32, copy=False), positions, self.registry.alive.data,
             self.pred_start.data, self.pred_count.data, rows, self.pred_iv_start.data,
             self.iv_lo_bid.data, self.iv_lo_closed.data, self.iv_hi_bid.data,
             self.iv_hi_closed.data, self.forest.bound_rank)
