@@ -14,8 +14,13 @@ the Spark job in this process and measures:
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
    (:func:`streaming.records.parse_event`), one output record per event -> Kafka; psmatch's
    events/s are reported as a ratio of its events/s;
-4. *where a batch's time goes*: Kafka read + subscription collect, Redis, match + write,
-   and inside the workers catch-up, JSON parsing, matching and encoding.
+4. *where a batch's time goes*: Kafka read + subscription validation, Redis, match +
+   write, and inside the workers catch-up, JSON parsing, matching and encoding; and the
+   workers' peak resident memory.
+
+``--plot-dir docs`` records the run in ``docs/bench-streaming-runs.json`` and draws, from
+every recorded run, throughput against subscriptions (beside the ceiling) and the
+latency distributions.
 
 Long phases log their progress every 10 s. Usage::
 
@@ -126,6 +131,10 @@ def main() -> int:
     ap.add_argument("--write-docs", type=Path, help="replace the results section of this file")
     ap.add_argument("--write-table", type=Path,
                     help="write the summary table (with the command) to this file")  # fmt: skip
+    ap.add_argument("--plot-dir", type=Path,
+                    help="record the run in <dir>/bench-streaming-runs.json and draw "
+                         "bench-streaming-throughput.png (every recorded size) and "
+                         "bench-streaming-latency.png there")  # fmt: skip
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
@@ -250,6 +259,8 @@ def main() -> int:
              "matched")  # fmt: skip
         time.sleep(3)
         lat = collector.latencies_ms
+        # the distribution, for the plot: 200 quantiles
+        results["latency_quantiles_ms"] = [pct(lat, q / 200) for q in range(201)]
         produced = sum(r.notifications for r in reports[first:])
         results["latency"] = {
             "rate_target": args.rate,
@@ -280,6 +291,8 @@ def main() -> int:
     (work / "results.json").write_text(json.dumps(results, indent=2))
     if args.write_table:
         args.write_table.write_text(render_table(results, " ".join(sys.argv[1:])))
+    if args.plot_dir:
+        plot(record_run(args.plot_dir, results), args.plot_dir)
     if args.write_docs:
         doc = args.write_docs.read_text()
         if BEGIN in doc and END in doc:
@@ -437,6 +450,70 @@ Where a psmatch batch's time goes (mean per batch with events; backlog phase:
 | --- | --- |
 {_bd_rows(tp["breakdown"])}
 """
+
+
+def record_run(directory: Path, r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Add this run to ``<directory>/bench-streaming-runs.json`` (the last run of each
+    (subscriptions, matcher, shards) is kept); returns every recorded run."""
+    path = directory / "bench-streaming-runs.json"
+    runs = json.loads(path.read_text()) if path.exists() else []
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                            capture_output=True).stdout.strip()  # fmt: skip
+    run = {
+        "subscriptions": r["subscriptions"], "matcher": r["matcher"], "shards": r["shards"],
+        "commit": commit, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "events_per_s": r["throughput"]["events_per_s"],
+        "ceiling_events_per_s": r["ceiling"]["events_per_s"],
+        "rate_sent": r["latency"]["rate_sent"],
+        "latency_quantiles_ms": r["latency_quantiles_ms"],
+    }  # fmt: skip
+    same = ("subscriptions", "matcher", "shards")
+    runs = [x for x in runs if any(x[k] != run[k] for k in same)] + [run]
+    runs.sort(key=lambda x: (x["matcher"], x["shards"], x["subscriptions"]))
+    path.write_text(json.dumps(runs, indent=1) + "\n")
+    return runs
+
+
+def plot(runs: list[dict[str, Any]], directory: Path) -> None:
+    """Throughput against subscriptions (psmatch and the ceiling of the same runs) and
+    the latency distribution of each recorded run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def label(x: dict[str, Any]) -> str:
+        return f"{x['matcher']}, {x['shards']} shard(s)"
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for name in sorted({label(x) for x in runs}):
+        line = [x for x in runs if label(x) == name]
+        n = [x["subscriptions"] for x in line]
+        ax.plot(n, [x["events_per_s"] for x in line], "o-", label=f"psmatch ({name})")
+        ax.plot(n, [x["ceiling_events_per_s"] for x in line], "s--", alpha=0.6,
+                label=f"ceiling, same runs ({name})")  # fmt: skip
+    ax.set(xscale="log", yscale="log", xlabel="live subscriptions",
+           ylabel="events/s drained (backlog)",
+           title="Throughput against subscriptions (2 cores)")  # fmt: skip
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(directory / "bench-streaming-throughput.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for x in runs:
+        q = x["latency_quantiles_ms"]
+        ax.plot([v / 1000 for v in q], [i / (len(q) - 1) for i in range(len(q))],
+                label=f"{x['subscriptions']:,} subs, {label(x)}, "
+                      f"{x['rate_sent']:,.0f} events/s offered")  # fmt: skip
+    ax.set(xlabel="publish → notification latency (s)", ylabel="share of notifications",
+           title="Latency distribution (latency phase, 1 s trigger)")  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(directory / "bench-streaming-latency.png", dpi=110)
+    plt.close(fig)
 
 
 def render(r: dict[str, Any]) -> str:
