@@ -16,14 +16,14 @@ the store keeps rows per cid and reads liveness and residual conjuncts from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain, pairwise
+from itertools import chain, pairwise, repeat
 from operator import attrgetter
 
 import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges
 from index.core.registry import ConjunctRegistry
-from index.language import Conjunct, Interval, Kind, Predicate
+from index.language import Conjunct, Interval, Predicate
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
 from index.pstree.kernels import ROW_HI, ROW_INTERVALS, ROW_LO, ROW_TREE, verify_candidates
 
@@ -127,8 +127,7 @@ class ConjunctStore:
         p_conj_column = np.repeat(np.arange(len(conjuncts), dtype=np.int64),
                                   np.fromiter(map(len, by_conjunct), np.int64, len(by_conjunct)))
         del by_conjunct
-        pred_tree = self._tree_ids(list(zip(map(_ATTRIBUTE, predicates), map(_KIND, predicates),
-                                            strict=True)))
+        pred_tree = self._tree_ids(predicates)
         by_predicate = list(map(_INTERVALS, predicates))
         pred_niv = np.fromiter(map(len, by_predicate), np.int64, n_preds)
         has_patterns = np.fromiter(map(bool, map(_PATTERNS, predicates)), bool, n_preds)
@@ -197,14 +196,20 @@ class ConjunctStore:
                                  minlength=len(conjuncts)) > 0,
         )
 
-    def _tree_ids(self, keys: list[tuple[str, Kind]]) -> np.ndarray:
-        """The tree of each (attribute, kind), trees created for new ones in order of
-        first appearance. O(n) in C loops."""
+    def _tree_ids(self, predicates: list[Predicate]) -> np.ndarray:
+        """The tree of each predicate's (attribute, kind), trees created for new ones in
+        order of first appearance. O(n) in C loops."""
         tree_of = self.forest.tree_of
-        if not all(map(tree_of.__contains__, keys)):
+        keys = zip(map(_ATTRIBUTE, predicates), map(_KIND, predicates), strict=True)
+        tids = np.fromiter(map(tree_of.get, keys, repeat(-1)), np.int64, len(predicates))
+        missing = np.flatnonzero(tids < 0)
+        if len(missing):
+            new = list(map(predicates.__getitem__, missing.tolist()))
+            keys = list(zip(map(_ATTRIBUTE, new), map(_KIND, new), strict=True))
             for attribute, kind in dict.fromkeys(keys):
                 self.forest.tree(attribute, kind)
-        return np.fromiter(map(tree_of.__getitem__, keys), np.int64, len(keys))
+            tids[missing] = np.fromiter(map(tree_of.__getitem__, keys), np.int64, len(keys))
+        return tids
 
     def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray) -> None:
         """Add one to the predicate counter of every space the intervals cover (global
