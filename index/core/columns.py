@@ -53,6 +53,27 @@ def insert_sorted(column: np.ndarray, at: np.ndarray, items: np.ndarray) -> np.n
     return out
 
 
+def insert_sorted_in_place(column: np.ndarray, at: np.ndarray, items: np.ndarray
+                           ) -> np.ndarray:  # fmt: skip
+    """:func:`insert_sorted` without a second copy of ``column``, for columns too large to
+    hold twice (a multimap's main part): the array is grown by ``ndarray.resize`` (a
+    realloc, which remaps a large block instead of copying it), then its entries move
+    right a block of :data:`MOVE_BLOCK` at a time, last block first, so that no entry is
+    overwritten before it is read (an entry only moves right) and the temporaries are one
+    block's. ``column`` must own its data and no view of it may be alive; it is consumed:
+    use the returned array. O(len log k + k)."""
+    n, k = len(column), len(items)
+    if not k:
+        return column
+    column.resize(n + k, refcheck=False)
+    for begin in range((n - 1) // MOVE_BLOCK * MOVE_BLOCK, -1, -MOVE_BLOCK):
+        index = np.arange(begin, min(begin + MOVE_BLOCK, n))
+        moved = column[begin : begin + len(index)].copy()
+        column[index + np.searchsorted(at, index, side="right")] = moved
+    column[at + np.arange(k)] = items
+    return column
+
+
 def set_bits(words: np.ndarray, positions: np.ndarray) -> None:
     """Set bit ``p % 64`` of word ``p // 64`` of the uint64 ``words`` for every ``p`` of
     the uint64 ``positions`` (sorted in place). Each word's bits are ORed together with
@@ -79,6 +100,8 @@ def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarra
 _SLICED_MAX = 8
 """Up to this many items, :func:`insert_sorted` concatenates slices (numpy's fixed
 costs per call dominate a single add)."""
+MOVE_BLOCK = 1 << 20
+"""Entries :func:`insert_sorted_in_place` moves at once."""
 SPARE_SHARE = 8
 """A compacted array keeps 1/SPARE_SHARE of its length spare (the registry purges after
 removals of an eighth of the live conjuncts, whose replacements then fit)."""

@@ -25,10 +25,11 @@ from collections.abc import Callable
 import numpy as np
 
 from index.core.columns import (
+    MOVE_BLOCK,
     GrowableArray,
     expand_ranges,
     find_sorted,
-    insert_sorted,
+    insert_sorted_in_place,
     set_bits,
 )
 from index.errors import PsmatchError
@@ -177,9 +178,10 @@ class MultiMap:
         """Interleave the sorted delta into main: each delta entry goes after main's
         entries of keys up to its own, so a key's values stay in insertion order.
 
-        O(n + d log d). Main's columns are rewritten one after the other (values,
-        offsets, keys), each old one freed before the next is built, so the temporaries
-        stay about one column of main; the key filter is rebuilt only when main's keys
+        O(n log d + d log d). Main's columns grow in place
+        (:func:`index.core.columns.insert_sorted_in_place`), so the temporaries are the
+        delta's and a block's, not a copy of main (main's columns are never handed out,
+        so no view of them is alive); the key filter is rebuilt only when main's keys
         outgrow it."""
         if not len(self._delta_keys):
             return
@@ -193,17 +195,18 @@ class MultiMap:
         present = np.zeros(len(keys), dtype=bool)
         inside = np.flatnonzero(at < len(self._keys))
         present[inside] = self._keys[at[inside]] == keys[inside]
-        self._values = insert_sorted(self._values, np.repeat(self._offsets[at + present], counts),
-                                     values)
+        self._values = insert_sorted_in_place(
+            self._values, np.repeat(self._offsets[at + present], counts), values)
         # A new key starts where main's entries below it end; then every key moves right
-        # by the delta entries of the keys below it, a step at each delta key's place.
+        # by the delta entries of the keys below it: step[i] once i delta keys are below.
         new = ~present
         merged_at = at + np.cumsum(new) - new  # each delta key's index among main's + new
-        self._offsets = insert_sorted(self._offsets, at[new], self._offsets[at[new]])
-        self._offsets += np.repeat(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
-                                   np.diff(merged_at + 1, prepend=0,
-                                           append=len(self._offsets)))
-        self._keys = insert_sorted(self._keys, at[new], keys[new])
+        self._offsets = insert_sorted_in_place(self._offsets, at[new], self._offsets[at[new]])
+        step = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        for begin in range(0, len(self._offsets), MOVE_BLOCK):
+            end = min(begin + MOVE_BLOCK, len(self._offsets))
+            self._offsets[begin:end] += step[np.searchsorted(merged_at, np.arange(begin, end))]
+        self._keys = insert_sorted_in_place(self._keys, at[new], keys[new])
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
         self._delta_sorted = None

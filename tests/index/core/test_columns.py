@@ -1,12 +1,16 @@
-"""Columnar building blocks: insert_sorted against numpy's insert."""
+"""Columnar building blocks: insert_sorted and insert_sorted_in_place against numpy's
+insert, set_bits against bitwise_or.at."""
 
 from __future__ import annotations
+
+from unittest.mock import patch
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.core.columns import insert_sorted
+from index.core import columns
+from index.core.columns import insert_sorted, insert_sorted_in_place, set_bits
 
 
 @given(st.lists(st.integers(-50, 50), max_size=40), st.data())
@@ -23,3 +27,28 @@ def test_insert_sorted_equals_numpy_insert(column, data) -> None:
     got = insert_sorted(base, at, items)
     assert got.dtype == base.dtype
     assert got.tolist() == np.insert(base, at, items).tolist()
+
+
+@given(st.lists(st.integers(-50, 50), max_size=40), st.data(), st.integers(1, 9))
+@settings(max_examples=300, deadline=None)
+def test_insert_sorted_in_place_equals_numpy_insert(column, data, block) -> None:
+    """Moved block by block (a tiny block: many blocks, items inside and between them)."""
+    n_items = data.draw(st.integers(0, 30))
+    at = np.sort(np.array(data.draw(st.lists(st.integers(0, len(column)),
+                                             min_size=n_items, max_size=n_items)),
+                          dtype=np.int64))
+    items = np.arange(100, 100 + n_items, dtype=np.int64)
+    expected = np.insert(np.array(column, dtype=np.int64), at, items).tolist()
+    with patch.object(columns, "MOVE_BLOCK", block):
+        got = insert_sorted_in_place(np.array(column, dtype=np.int64), at, items)
+    assert got.tolist() == expected
+
+
+def test_set_bits_equals_bitwise_or_at() -> None:
+    positions = np.random.default_rng(5).integers(0, 64 * 300, 5_000).astype(np.uint64)
+    expected = np.zeros(300, dtype=np.uint64)
+    np.bitwise_or.at(expected, positions >> np.uint64(6),
+                     np.uint64(1) << (positions & np.uint64(63)))
+    got = np.zeros(300, dtype=np.uint64)
+    set_bits(got, positions.copy())
+    assert (got == expected).all()
