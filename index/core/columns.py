@@ -61,17 +61,26 @@ def insert_sorted_in_place(column: np.ndarray, at: np.ndarray, items: np.ndarray
     right a block of :data:`MOVE_BLOCK` at a time, last block first, so that no entry is
     overwritten before it is read (an entry only moves right) and the temporaries are one
     block's. ``column`` must own its data and no view of it may be alive; it is consumed:
-    use the returned array. O(len log k + k)."""
+    use the returned array. O(len + k)."""
     n, k = len(column), len(items)
     if not k:
         return column
     column.resize(n + k, refcheck=False)
     for begin in range((n - 1) // MOVE_BLOCK * MOVE_BLOCK, -1, -MOVE_BLOCK):
-        index = np.arange(begin, min(begin + MOVE_BLOCK, n))
-        moved = column[begin : begin + len(index)].copy()
-        column[index + np.searchsorted(at, index, side="right")] = moved
+        end = min(begin + MOVE_BLOCK, n)
+        moved = column[begin:end].copy()
+        column[np.arange(begin, end) + count_at_or_below(at, begin, end)] = moved
     column[at + np.arange(k)] = items
     return column
+
+
+def count_at_or_below(sorted_at: np.ndarray, begin: int, end: int) -> np.ndarray:
+    """For each ``j`` of ``begin .. end - 1``, how many of the sorted ints ``sorted_at``
+    are at most ``j``. O(end - begin + the values in the range + log), no search per
+    ``j``: a count per value in the range, summed up."""
+    first, last = np.searchsorted(sorted_at, [begin, end])
+    counts = np.bincount(sorted_at[first:last] - begin, minlength=end - begin)
+    return first + np.cumsum(counts)
 
 
 def set_bits(words: np.ndarray, positions: np.ndarray) -> None:

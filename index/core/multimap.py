@@ -27,6 +27,7 @@ import numpy as np
 from index.core.columns import (
     MOVE_BLOCK,
     GrowableArray,
+    count_at_or_below,
     expand_ranges,
     find_sorted,
     insert_sorted_in_place,
@@ -178,7 +179,7 @@ class MultiMap:
         """Interleave the sorted delta into main: each delta entry goes after main's
         entries of keys up to its own, so a key's values stay in insertion order.
 
-        O(n log d + d log d). Main's columns grow in place
+        O(n + d log d). Main's columns grow in place
         (:func:`index.core.columns.insert_sorted_in_place`), so the temporaries are the
         delta's and a block's, not a copy of main (main's columns are never handed out,
         so no view of them is alive); the key filter is rebuilt only when main's keys
@@ -205,7 +206,7 @@ class MultiMap:
         step = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         for begin in range(0, len(self._offsets), MOVE_BLOCK):
             end = min(begin + MOVE_BLOCK, len(self._offsets))
-            self._offsets[begin:end] += step[np.searchsorted(merged_at, np.arange(begin, end))]
+            self._offsets[begin:end] += step[count_at_or_below(merged_at, begin - 1, end - 1)]
         self._keys = insert_sorted_in_place(self._keys, at[new], keys[new])
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
