@@ -61,6 +61,21 @@ def operator_ranks(iv_pred: np.ndarray, iv_first: np.ndarray, niv: np.ndarray,
     return rank * 1024 + np.minimum(niv, 1023)
 
 
+def tree_masks(owner: np.ndarray, tree: np.ndarray, n: int) -> np.ndarray:
+    """The tree mask of each of ``n`` conjuncts whose predicates are on trees ``tree``
+    (conjunct ``owner``): bit ``t % 64`` set for each tree ``t``.
+
+    Every predicate is false on an event that lacks its tree's attribute (or has it
+    with a value of another kind), so a conjunct needing a bit that is not in the mask
+    of the trees an event has cannot match it: the verification kernel drops such a
+    candidate before it reads the conjunct's rows. A bit shared by two trees only lets a
+    candidate through to the exact check. O(predicates).
+    """
+    masks = np.zeros(n, dtype=np.uint64)
+    np.bitwise_or.at(masks, owner, np.left_shift(np.uint64(1), (tree & 63).astype(np.uint64)))
+    return masks
+
+
 def near_full(cover: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
     """Whether predicates covering ``cover`` spaces of their tree and leaving out
     ``uncovered`` cover nearly all of it (``!=``, ``not in``, ranges open to almost the
@@ -77,7 +92,8 @@ def near_full(cover: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
 class ConjunctStore:
     """Predicates as rows in access order, per conjunct id of the registry.
 
-    Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows). Columns
+    Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows) and
+    ``tree_mask`` (the trees its predicates are on, see :func:`tree_masks`). Columns
     per predicate row: ``pred_tree``, ``iv_start``/``iv_count`` (its intervals) and the
     hull of its intervals (``lo_bid``, ``lo_closed``, ``hi_bid``, ``hi_closed``; bound id
     -1 is unbounded). Conjuncts with ``like`` suffix/contains patterns, which rows cannot
@@ -89,6 +105,7 @@ class ConjunctStore:
         self.registry = registry
         self.pred_start = GrowableArray(np.int32)
         self.pred_count = GrowableArray(np.int32)
+        self.tree_mask = GrowableArray(np.uint64)
         self.pred_tree = GrowableArray(np.int32)
         self.pred_iv_start = GrowableArray(np.int32)
         self.pred_iv_count = GrowableArray(np.int32)
@@ -179,6 +196,7 @@ class ConjunctStore:
         starts = pred_base + np.cumsum(counts) - counts
         self.pred_start.put(cids, starts)
         self.pred_count.put(cids, counts)
+        self.tree_mask.put(cids, tree_masks(p_conj_column, pred_tree, len(conjuncts)))
         # Where each stored predicate's covered spaces are, for the matchers' filing.
         rank_in_conj = np.arange(len(order)) - (starts - pred_base)[p_conj_column[order]]
         return InsertedConjuncts(
@@ -288,7 +306,8 @@ class ConjunctStore:
 
     @property
     def _columns(self) -> tuple[GrowableArray, ...]:
-        return (self.pred_start, self.pred_count, self.pred_tree, self.pred_iv_start,
+        return (self.pred_start, self.pred_count, self.tree_mask, self.pred_tree,
+                self.pred_iv_start,
                 self.pred_iv_count, self.pred_lo_bid, self.pred_lo_closed, self.pred_hi_bid,
                 self.pred_hi_closed, self.iv_lo_bid, self.iv_lo_closed, self.iv_hi_bid,
                 self.iv_hi_closed)
@@ -387,7 +406,8 @@ class ConjunctStore:
         kept = verify_candidates(
             events.astype(np.int64, copy=False), cids.astype(np.int64, copy=False),
             checked.astype(np.int32, copy=False), positions, self.registry.alive.data,
-            self.pred_start.data, self.pred_count.data, rows, self.pred_iv_start.data,
+            self.tree_mask.data, self.pred_start.data, self.pred_count.data, rows,
+            self.pred_iv_start.data,
             self.iv_lo_bid.data, self.iv_lo_closed.data, self.iv_hi_bid.data,
             self.iv_hi_closed.data, self.forest.bound_rank)
         return events[kept].astype(np.int64, copy=False), cids[kept].astype(np.int64, copy=False)
@@ -439,6 +459,7 @@ class ConjunctStore:
             start, count = int(self.pred_start.data[cid]), int(self.pred_count.data[cid])
             trees = self.pred_tree.view()[start : start + count]
             assert len(set(trees.tolist())) == count, f"conjunct {cid}: a tree twice"
+            assert self.tree_mask.data[cid] == tree_masks(np.zeros(count, np.int64), trees, 1)[0]
             if registry.residual.data[cid]:
                 assert any(p.patterns for p in self.conjunct(cid).predicates)
             for pid in range(start, start + count):

@@ -111,16 +111,40 @@ def test_several_intervals_hold_only_inside_one_of_them() -> None:
 
 def test_verify_trusts_the_checked_predicates_and_drops_removed_conjuncts() -> None:
     stored = Stored(_conjuncts(["a = 1 and b = 2", "a > 5 and b < 0 and c = 'z'", "c = 'y'"]))
-    batch = [{"a": 0}, {}]  # satisfies none of them
+    # Checked predicates are those the lookup found true, so their attributes are there:
+    # events with every attribute, and values no predicate admits.
+    batch = [{"a": 0, "b": 0, "c": "q"}, {"a": 3, "b": 1, "c": "x"}]
     assert stored.verify_all(batch) == set()
     assert stored.verify_all(batch, checked=3) == {(e, j) for e in (0, 1) for j in (0, 1, 2)}
     # The first predicate in access order told to hold: the other is still checked, so
-    # of two events each lacking one of them exactly one passes.
-    kept = stored.verify_all([{"a": 1, "b": 2}, {"b": 2}, {"a": 1}], checked=1)
+    # of two events each failing one of them exactly one passes.
+    kept = stored.verify_all([{"a": 1, "b": 2, "c": "q"}, {"a": 0, "b": 2, "c": "q"},
+                              {"a": 1, "b": 0, "c": "q"}], checked=1)  # fmt: skip
     assert (0, 0) in kept and len(kept & {(1, 0), (2, 0)}) == 1
     assert {(e, j) for e, j in kept if j != 0} == {(0, 2), (1, 2), (2, 2)}  # all checked
     stored.remove(1)
     assert stored.verify_all(batch, checked=3) == {(e, j) for e in (0, 1) for j in (0, 2)}
+
+
+def test_a_candidate_needing_an_attribute_its_event_lacks_is_dropped_on_its_tree_mask() -> None:
+    """Even with its predicates told to hold: no predicate holds on a missing attribute,
+    so the kernel drops the candidate before reading its rows."""
+    stored = Stored(_conjuncts(["a = 1 and b = 2", "c = 3"]))
+    assert stored.verify_all([{"a": 1}, {"b": 2}, {}, {"c": 3}], checked=2) == {(3, 1)}
+    assert stored.verify_all([{"a": 1, "b": 2}], checked=2) == {(0, 0)}
+
+
+def test_trees_sharing_a_mask_bit_stay_exact() -> None:
+    """With more than 64 trees, two share each bit (t % 64): the mask lets such a
+    candidate through and its rows decide."""
+    rng = np.random.default_rng(7)
+    texts = [f"x{i} = 0 and x{(i + 64) % 100} <= 1" for i in range(100)]
+    stored = Stored(_conjuncts(texts))
+    assert len(stored.forest.trees) == 100
+    batch = [{f"x{i}": int(rng.integers(0, 3)) for i in rng.choice(100, 40, replace=False)}
+             for _ in range(30)]  # fmt: skip
+    _agrees(stored, batch, list(range(100)))
+    assert stored.truth(batch, list(range(100)))  # some match: not an empty agreement
 
 
 def test_verify_follows_rows_added_split_and_compacted() -> None:
