@@ -5,7 +5,8 @@ The store is built with its real forest and registry (no matcher around it): eve
 (event, live conjunct) pair is a candidate, and verify must keep exactly the pairs whose
 conjunct the event satisfies (for residual conjuncts, those with ``like`` patterns the
 rows cannot hold, at least those), must trust the ``checked`` predicates it is told
-hold, and must drop removed conjuncts. ``check()`` runs after every mutation.
+hold (not their values: their attributes must still be in the event, as they are when
+the lookup found them true), and must drop removed conjuncts. ``check()`` runs after every mutation.
 """
 
 from __future__ import annotations
