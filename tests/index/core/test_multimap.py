@@ -17,17 +17,24 @@ from index.core.multimap import KeyFilter, MultiMap
 keys = st.integers(min_value=-(2**40), max_value=2**40)
 
 
+def add(multimap: MultiMap, reference: dict[int, list[int]], batch: list[tuple[int, int]]
+        ) -> None:
+    """Add a batch of (key, value) pairs to the multimap and to a dict of lists, then check
+    the multimap's invariants."""
+    multimap.add(np.array([k for k, _ in batch], dtype=np.int64),
+                 np.array([v for _, v in batch], dtype=np.int32))
+    for k, v in batch:
+        reference.setdefault(k, []).append(v)
+    multimap.check()
+
+
 @given(st.lists(st.lists(st.tuples(keys, st.integers(0, 2**31 - 1)), max_size=60), max_size=5),
        st.lists(keys, max_size=80))
 @settings(max_examples=200, deadline=None)
 def test_lookup_returns_every_value_under_each_query(batches, queries) -> None:
     multimap, reference = MultiMap(), {}
     for batch in batches:
-        multimap.add(np.array([k for k, _ in batch], dtype=np.int64),
-                     np.array([v for _, v in batch], dtype=np.int32))
-        for k, v in batch:
-            reference.setdefault(k, []).append(v)
-        multimap.check()
+        add(multimap, reference, batch)
     owner, values = multimap.lookup(np.array(queries, dtype=np.int64))
     got = sorted(zip(owner.tolist(), values.tolist(), strict=True))
     assert got == sorted((i, v) for i, q in enumerate(queries) for v in reference.get(q, []))
@@ -47,11 +54,7 @@ def test_merges_and_compactions_keep_each_keys_values_in_insertion_order(batches
           patch.object(columns, "MOVE_BLOCK", 5)):
         multimap, reference = MultiMap(), {}
         for batch in batches:
-            multimap.add(np.array([k for k, _ in batch], dtype=np.int64),
-                         np.array([v for _, v in batch], dtype=np.int32))
-            for k, v in batch:
-                reference.setdefault(k, []).append(v)
-            multimap.check()
+            add(multimap, reference, batch)
             queries = np.arange(-1, 42, dtype=np.int64)
             owner, values = multimap.lookup(queries)
             got: dict[int, list[int]] = {}
