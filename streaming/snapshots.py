@@ -9,7 +9,8 @@ shard count, see :mod:`streaming.shards`), in a directory every executor reaches
     <dir>/<sha256(prefix)[:16]>-<matcher>-<shard>of<shards>.snapshot
 
     {"format": "psmatch-index-snapshot", "format_version": 3, "index_code": <sha256 of
-     the index package's source>, "prefix": ..., "matcher": ..., "shard": i, "shards": n,
+     the index package's source>, "prefix_sha256": <sha256 of the Redis key prefix>,
+     "matcher": ..., "shard": i, "shards": n,
      "version": <state version>, "last_change": <sha256 of the change at that version>,
      "payload_bytes": n, "payload_sha256": ...}<spaces up to 4095 bytes>\\n
     <payload: pickle of (matcher, heads)>
@@ -88,7 +89,7 @@ def snapshot_path(
 ) -> Path:
     """The file of the snapshot of ``matcher`` holding ``shard`` of the state under
     ``prefix``."""
-    digest = hashlib.sha256(prefix.encode("utf-8")).hexdigest()[:16]
+    digest = _digest(prefix)[:16]
     return Path(directory) / f"{digest}-{matcher}-{shard.number}of{shard.count}.snapshot"
 
 
@@ -130,11 +131,12 @@ def save_snapshot(
             pickle.dump((matcher, heads), payload, protocol=pickle.HIGHEST_PROTOCOL)
             header = json.dumps({
                 "format": FORMAT, "format_version": FORMAT_VERSION,
-                "index_code": index_code_digest(), "prefix": prefix,
+                "index_code": index_code_digest(), "prefix_sha256": _digest(prefix),
                 "matcher": matcher.name, "shard": shard.number, "shards": shard.count,
                 "version": version, "last_change": last_change,
                 "payload_bytes": payload.size, "payload_sha256": payload.sha256.hexdigest(),
             }, sort_keys=True).encode("utf-8")  # fmt: skip
+            assert len(header) < MAX_HEADER_BYTES, "every header field is of bounded length"
             out.seek(0)
             out.write(header.ljust(MAX_HEADER_BYTES - 1))
         os.replace(tmp, path)
@@ -142,6 +144,12 @@ def save_snapshot(
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _digest(prefix: str) -> str:
+    """SHA-256 of a Redis key prefix: names the prefix in file names and headers, whose
+    length it bounds (a prefix may be long)."""
+    return hashlib.sha256(prefix.encode("utf-8")).hexdigest()
 
 
 class _HashingWriter:
@@ -172,10 +180,12 @@ def _header(line: bytes, path: Path, prefix: str, matcher: str, shard: Shard) ->
                             f"this service reads {FORMAT_VERSION}")  # fmt: skip
     if header.get("index_code") != index_code_digest():
         raise SnapshotError(f"{path} was written by another version of the index code")
-    if header.get("prefix") != prefix or header.get("matcher") != matcher:
+    same_prefix = header.get("prefix_sha256") == _digest(prefix)
+    if not same_prefix or header.get("matcher") != matcher:
         raise SnapshotError(
-            f"{path} is the snapshot of matcher {header.get('matcher')!r} for Redis prefix "
-            f"{header.get('prefix')!r}, not of {matcher!r} for {prefix!r}"
+            f"{path} is the snapshot of matcher {header.get('matcher')!r} for "
+            f"{'this' if same_prefix else 'another'} Redis prefix, not of {matcher!r} for "
+            f"{prefix!r}"
         )
     if (header.get("shard"), header.get("shards")) != (shard.number, shard.count):
         raise SnapshotError(f"{path} holds shard {header.get('shard')!r} of "

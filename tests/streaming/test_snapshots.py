@@ -199,3 +199,18 @@ def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path
     assert load_peak - held < 0.5 * size
     assert snap.version == 7 and len(snap.matcher) == 30_000 and snap.heads == heads
     assert snap.matcher.match({"a": 5, "b": 0, "c": "x5"}) == {"s5"}
+
+
+def test_a_long_prefix_is_named_by_its_digest(tmp_path: Path) -> None:
+    """The header's length is bounded whatever the Redis key prefix: it names the prefix
+    by its SHA-256, and a snapshot of another prefix is still refused."""
+    matcher = make_matcher("psthash")
+    matcher.add("s1", "a = 1")
+    prefix = "p" * 10_000 + ":"
+    save_snapshot(tmp_path, prefix, 3, matcher, {"s1": b"h"}, "digest")
+    snap = load_snapshot(tmp_path, prefix, "psthash")
+    assert snap.version == 3 and snap.matcher.match({"a": 1}) == {"s1"}
+    shutil.copy(snapshot_path(tmp_path, prefix, "psthash"),
+                snapshot_path(tmp_path, "q:", "psthash"))
+    with pytest.raises(SnapshotError, match="for another Redis prefix, not of 'psthash' for 'q:'"):
+        load_snapshot(tmp_path, "q:", "psthash")
