@@ -784,23 +784,6 @@ class Predicate:
         value = event.get(self.attribute)
         return value is not None and kind_of(value) is self.kind and self.test(value)
 
-    @property
-    def operator_rank(self) -> tuple[int, int]:
-        """The paper's fallback selectivity order, smaller is more selective:
-        = , in, between, range, !=, not in, anything; then fewer intervals first."""
-        ivs = self.intervals
-        if all(iv.is_point for iv in ivs):
-            rank = 0 if len(ivs) == 1 else 1
-        elif ivs[0].lo is not None and ivs[-1].hi is not None:
-            rank = 2
-        elif len(ivs) == 1 and (ivs[0].lo is not None or ivs[0].hi is not None):
-            rank = 3
-        elif len(ivs) == 1:
-            rank = 6
-        else:
-            rank = 4 if len(ivs) == 2 else 5
-        return rank, len(ivs)
-
 
 _PREDICATE_SLOTS = _slot_setters(Predicate)
 

@@ -44,7 +44,8 @@ _HI, _HI_CLOSED = attrgetter("hi"), attrgetter("hi_closed")
 def operator_ranks(iv_pred: np.ndarray, iv_first: np.ndarray, niv: np.ndarray,
                    lo_bid: np.ndarray, lo_closed: np.ndarray, hi_bid: np.ndarray,
                    hi_closed: np.ndarray) -> np.ndarray:
-    """:attr:`index.language.Predicate.operator_rank` of many predicates at once, as
+    """The paper's fallback selectivity order of many predicates (smaller is more
+    selective: = , in, between, range, !=, not in, anything), as
     ``rank * 1024 + min(intervals, 1023)``, from their interval columns (intervals
     ``iv_first[p] ..`` of predicate ``p``, ``iv_pred`` the owner of each; bound id -1:
     unbounded). An interval is a point when both ends are the same bound, closed: a
