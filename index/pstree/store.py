@@ -21,7 +21,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges
+from index.core.columns import GrowableArray, expand_ranges, set_bits
 from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Predicate
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
@@ -73,7 +73,7 @@ def tree_masks(owner: np.ndarray, tree: np.ndarray, n: int) -> np.ndarray:
     candidate through to the exact check. O(predicates).
     """
     masks = np.zeros(n, dtype=np.uint64)
-    np.bitwise_or.at(masks, owner, np.left_shift(np.uint64(1), (tree & 63).astype(np.uint64)))
+    set_bits(masks, (owner.astype(np.uint64) << np.uint64(6)) | (tree & 63).astype(np.uint64))
     return masks
 
 
