@@ -347,7 +347,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     published, and the clock stops when the query has read all of it."""
     from pyspark.sql import functions as F
 
-    from connectors.kafka import ensure_topics, spark_kafka_options
+    from connectors.kafka import SINK_PRODUCER_OPTIONS, ensure_topics, spark_kafka_options
 
     source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
     ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},
@@ -358,7 +358,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
         .option("startingOffsets", "earliest").load()
         .select("key", "value", F.lit(sink).alias("topic"))
         .mapInArrow(decode_only, "topic STRING, key BINARY, value BINARY")
-        .writeStream.format("kafka").options(**opts)
+        .writeStream.format("kafka").options(**opts).options(**SINK_PRODUCER_OPTIONS)
         .option("checkpointLocation", str(work / "checkpoint-ceiling"))
         .trigger(processingTime=f"{config.trigger_seconds} seconds").start()
     )  # fmt: skip
@@ -388,9 +388,9 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
 
 def _bd_rows(bd: dict[str, float]) -> str:
     names = [
-        ("read_s", "Kafka read + cache + validate subscription records (executors, job 1)"),
+        ("read_s", "Kafka read + validate subscription records (executors, job 1)"),
         ("state_s", "apply subscription changes to Redis (driver)"),
-        ("match_write_s", "match on executors + Kafka sink write (job 2, wall)"),
+        ("match_write_s", "Kafka read + match on executors + Kafka sink write (job 2, wall)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
         ("worker_match_s", "  in workers: match (match_flat_pairs)"),

@@ -112,6 +112,16 @@ def spark_kafka_options(bootstrap_servers: str, security: KafkaSecurity) -> dict
     return {f"kafka.{key}": value for key, value in conf.items()}
 
 
+SINK_PRODUCER_OPTIONS = {"kafka.batch.size": str(1 << 20), "kafka.linger.ms": "20"}
+"""Producer settings of Spark's Kafka sinks (``df.write.format("kafka")``), beside
+:func:`spark_kafka_options`. A batch of events makes about as many notification records
+as it has matches, several per event. In batches of up to 1 MiB (the producer's default
+is 16 KiB) the broker and the sink's producer handle them with much less CPU than in
+many small ones, CPU the Python workers need (docs/bench-streaming.md measures the
+difference). Uncompressed, so that any Kafka client reads them without a codec library
+(kafka-python, for one, needs a package of its own for lz4)."""
+
+
 class _ClientErrors:
     """The error callback of a confluent-kafka client: remembers a refused login.
 

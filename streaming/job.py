@@ -2,11 +2,12 @@
 
 Owns the Spark session settings, the streaming query and the ``foreachBatch`` logic:
 
-1. The batch (records of both topics, read by Spark's Kafka source) is cached on the
-   executors. The subscription records are decoded and validated there, in parallel,
-   each inside the per-record barrier (whatever one record raises makes it a rejected
-   record, see :mod:`streaming.subscriptions`); only the outcome is collected to the
-   driver.
+1. The query reads the two topics as two Kafka sources, in one micro-batch each time.
+   The batch's subscription records are decoded and validated on the executors, in
+   parallel, each inside the per-record barrier (whatever one record raises makes it a
+   rejected record, see :mod:`streaming.subscriptions`); only the outcome is collected
+   to the driver. This job reads the subscriptions topic alone: a batch of events only
+   has nothing to validate and costs next to nothing here.
 2. The driver applies the valid changes to Redis in offset order (idempotent on replay,
    see :mod:`connectors.state`), giving the batch's subscription version. A Redis fault
    is never a record's: it fails the batch.
@@ -16,7 +17,8 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
    first paired with every shard id (:func:`by_shard`) and the pairs are partitioned by
    shard id, so task i matches every event against the index of shard i alone; the
    notifications are the union. With one shard the plan has no product and no shuffle.
-4. Notifications and rejected records are written with Spark's Kafka sink.
+4. Notifications and rejected records are written with Spark's Kafka sink. This job
+   reads the events topic alone, straight from Kafka (nothing of the batch is cached).
 
 Per batch, one log line tells what happened and where the time went, and one WARNING
 line summarises the rejects, if any (counts by code, a few samples).
@@ -37,7 +39,12 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from connectors.kafka import ensure_topics, service_topics, spark_kafka_options
+from connectors.kafka import (
+    SINK_PRODUCER_OPTIONS,
+    ensure_topics,
+    service_topics,
+    spark_kafka_options,
+)
 from connectors.state import StateStore
 from index.errors import PsmatchError
 from streaming.config import ServiceConfig
@@ -52,6 +59,31 @@ from streaming.worker import (
 )
 
 log = logging.getLogger("psmatch.job")
+
+SOURCE = "source"
+"""The column the query adds to tell its two Kafka sources apart, a constant per source
+(:func:`tag_source`)."""
+SUBSCRIPTIONS_SOURCE = 0
+EVENTS_SOURCE = 1
+
+
+def tag_source(records: Any, source: int) -> Any:
+    """The records of one Kafka source with the constant column :data:`SOURCE`."""
+    from pyspark.sql import functions as F
+
+    return records.withColumn(SOURCE, F.lit(source))
+
+
+def from_source(batch: Any, source: int) -> Any:
+    """The records of one source in a micro-batch of the union of tagged sources.
+
+    The filter is on a constant of each branch of the union, so Spark's optimizer
+    prunes the other branch: the plan scans that source's topic alone (a batch with no
+    subscription records reads nothing to validate them, and each record is read once,
+    with nothing cached)."""
+    from pyspark.sql import functions as F
+
+    return batch.filter(F.col(SOURCE) == source)
 
 
 class ServiceError(PsmatchError):
@@ -261,46 +293,42 @@ class BatchProcessor:
 
         cfg = self.config
         t0 = time.perf_counter()
-        batch = df.select(
+        # validated on the executors, in parallel; collected as Arrow columns
+        validated = assemble(
+            from_source(df, SUBSCRIPTIONS_SOURCE)
+            .select("key", "value", "topic", "partition", "offset")
+            .mapInArrow(partial(validate_batches, self.limits), VALIDATED_DDL)
+            .toArrow(),
+            cfg.subscriptions_topic,
+        )
+        t1 = time.perf_counter()
+        result = self.store.apply(validated.changes)
+        live = self.store.count()
+        t2 = time.perf_counter()
+
+        acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
+        events = from_source(df, EVENTS_SOURCE).select(
             "key", "value", "topic", "partition", "offset",
             F.unix_millis("timestamp").alias("ts"),
-        ).persist()  # fmt: skip
-        try:
-            # validated on the executors, in parallel; collected as Arrow columns
-            validated = assemble(
-                batch.filter(F.col("topic") == cfg.subscriptions_topic)
-                .select("key", "value", "topic", "partition", "offset")
-                .mapInArrow(partial(validate_batches, self.limits), VALIDATED_DDL)
-                .toArrow(),
-                cfg.subscriptions_topic,
-            )
-            t1 = time.perf_counter()
-            result = self.store.apply(validated.changes)
-            live = self.store.count()
-            t2 = time.perf_counter()
-
-            acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
-            events = batch.filter(F.col("topic") == cfg.events_topic)
-            if cfg.shards > 1:
-                events = by_shard(events, cfg.shards)
-            out = events.mapInArrow(
-                partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
-            )
-            if validated.rejects:
-                # an RDD rather than a local relation, so that the records (up to ~800 KB
-                # each) travel as data and are not embedded in the batch's query plan
-                rows = [(cfg.rejected_topic, k, v) for k, v in validated.rejects]
-                rdd = self.spark.sparkContext.parallelize(rows, 1)
-                out = out.unionByName(self.spark.createDataFrame(rdd, OUTPUT_DDL))
-            (
-                out.write.format("kafka")
-                .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
-                .option("kafka.linger.ms", "5")
-                .save()
-            )
-            t3 = time.perf_counter()
-        finally:
-            batch.unpersist()
+        )  # fmt: skip
+        if cfg.shards > 1:
+            events = by_shard(events, cfg.shards)
+        out = events.mapInArrow(
+            partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
+        )
+        if validated.rejects:
+            # an RDD rather than a local relation, so that the records (up to ~800 KB
+            # each) travel as data and are not embedded in the batch's query plan
+            rows = [(cfg.rejected_topic, k, v) for k, v in validated.rejects]
+            rdd = self.spark.sparkContext.parallelize(rows, 1)
+            out = out.unionByName(self.spark.createDataFrame(rdd, OUTPUT_DDL))
+        (
+            out.write.format("kafka")
+            .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
+            .options(**SINK_PRODUCER_OPTIONS)
+            .save()
+        )
+        t3 = time.perf_counter()
         workers: TaskMetrics = acc.value
         report = BatchReport(
             batch_id=batch_id,
@@ -354,18 +382,23 @@ def start_query(
 ) -> Any:
     """Create missing topics and start the streaming query; returns the StreamingQuery."""
     prepare(config)
-    reader = (
-        spark.readStream.format("kafka")
-        .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
-        .option("subscribe", f"{config.subscriptions_topic},{config.events_topic}")
-        .option("startingOffsets", config.starting_offsets)
-        # compaction of the subscriptions topic removes offsets: not a loss
-        .option("failOnDataLoss", "false")
-    )
-    if config.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+
+    def source(topic: str, kind: int) -> Any:
+        reader = (
+            spark.readStream.format("kafka")
+            .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
+            .option("subscribe", topic)
+            .option("startingOffsets", config.starting_offsets)
+            # compaction of the subscriptions topic removes offsets: not a loss
+            .option("failOnDataLoss", "false")
+        )
+        if config.max_offsets_per_trigger:
+            reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
+        return tag_source(reader.load(), kind)
+
     writer = (
-        reader.load()
+        source(config.subscriptions_topic, SUBSCRIPTIONS_SOURCE)
+        .unionByName(source(config.events_topic, EVENTS_SOURCE))
         .writeStream.foreachBatch(BatchProcessor(config, spark, on_report))
         .option("checkpointLocation", config.checkpoint_location)
         .trigger(processingTime=f"{config.trigger_seconds} seconds")
