@@ -65,3 +65,87 @@ def test_near_full_access_predicates_go_on_the_side_list() -> None:
     scan.add_many((f"b{i}", f"a not in ({i}, {i + 1}) and b = {i % 3}") for i in range(200))
     events = [{"a": v, "b": v % 3} for v in np.arange(-2, 203, 7).tolist()]
     assert matcher.match_batch(events) == scan.match_batch(events)
+
+
+def _candidates(matcher, event: dict) -> list[int]:
+    """Conjunct ids PSTHash's lookup hands to verification for one event."""
+    batch = matcher._begin([event])
+    return matcher._candidates(batch, 0, 1).cids.tolist()
+
+
+def _both(statements: list[tuple[object, str]]) -> tuple:
+    psthash, scan = make_matcher("psthash"), make_matcher("scan")
+    psthash.add_many(statements)
+    scan.add_many(statements)
+    psthash.check()
+    return psthash, scan
+
+
+def _wide_pairs(n: int) -> list[tuple[object, str]]:
+    """Point conjuncts making trees ``a``, ``b``, ``c`` of 2n + 1 spaces, and n // 4 on
+    ``a`` and ``b`` whose predicates each cover over 100 of them (over MAX_KEYS pairs)
+    and leave out over 32 (not near-full): filed on the fallback lists."""
+    points = [(f"p{i}", f"a = {i} or b = {i} or c = {i}") for i in range(n)]
+    wide = [(f"w{i}", f"a >= {n // 5 + i} and b < {n - n // 5 - i}") for i in range(n // 4)]
+    return points + wide
+
+
+def test_fallback_conjuncts_need_their_second_attribute_to_be_candidates() -> None:
+    psthash, scan = _both(_wide_pairs(100))
+    assert len(psthash.table) == 0 and len(psthash.side) == 0
+    keys, _ = psthash.fallback.entries()
+    assert ((keys & 0xFFFFFFFF) != 0xFFFFFFFF).sum() > 25 * 100  # the wide ones, per space
+    # An event lacking ``b`` looks up only the single-predicate keys of its ``a``
+    # space: the point conjunct ``a = 60`` (its ``a`` part), never a wide one.
+    only_a = _candidates(psthash, {"a": 60})
+    assert len(only_a) == 1
+    both = _candidates(psthash, {"a": 60, "b": 20})
+    assert len(both) == 2 + 25  # a = 60, b = 20 and every wide one (its first holds)
+    for event in ({"a": 60}, {"b": 20}, {"a": 60, "b": 20}, {"a": 5, "b": 3, "c": 3},
+                  {"c": 7}, {"a": 99, "b": 0}):
+        assert psthash.match(event) == scan.match(event), event
+
+
+def test_splits_copy_fallback_entries_with_their_second_tree() -> None:
+    """Bounds added later split spaces holding fallback entries: the new spaces get
+    them under the same second tree, and the matches stay scan's."""
+    psthash, scan = _both([(f"w{i}", f"a >= {10 * i} and b < {1000 - 10 * i}")
+                           for i in range(40)] + [("solo", "a > 5")])
+    before = len(psthash.fallback)
+    spaces_a = psthash.forest.spaces.live
+    # Bounds inside the wide ranges split their spaces, one batch after another.
+    for step in range(1, 10):
+        more = [(f"s{step}.{i}", f"a = {10 * i + step} and b = {1000 - 10 * i - step}")
+                for i in range(40)]
+        psthash.add_many(more)
+        scan.add_many(more)
+        psthash.check()
+    assert psthash.forest.spaces.live > spaces_a + 300
+    assert len(psthash.fallback) > before  # the split spaces' entries were copied
+    events = [{"a": a, "b": b} for a in range(0, 420, 7) for b in range(590, 1010, 13)]
+    events += [{"a": a} for a in range(0, 420, 3)]
+    assert psthash.match_batch(events) == scan.match_batch(events)
+
+
+def test_removals_then_purge_keep_the_fallback_lists_exact() -> None:
+    psthash, scan = _both(_wide_pairs(200))
+    pairs_before = len(psthash._fallback_pairs)
+    # The wide ones first: the purges that the point conjuncts' removals bring drop
+    # them all, with their tree pairs.
+    gone = [f"w{i}" for i in range(50)] + [f"p{i}" for i in range(0, 200, 2)]
+    for sid in gone:
+        psthash.remove(sid)
+        scan.remove(sid)
+    psthash.check()
+    assert psthash.registry.awaiting_reclaim < 300  # a purge ran
+    keys, _ = psthash.fallback.entries()
+    assert ((keys & 0xFFFFFFFF) == 0xFFFFFFFF).all()
+    assert len(psthash._fallback_pairs) < pairs_before
+    assert ((psthash._fallback_pairs & 0xFFFFFFFF) == 0xFFFFFFFF).all()
+    events = [{"a": v, "b": 199 - v, "c": v} for v in range(0, 200, 3)] + [{"a": 7}]
+    assert psthash.match_batch(events) == scan.match_batch(events)
+    again = [(f"x{i}", f"a >= {i} and c < {200 - i}") for i in range(50)]
+    psthash.add_many(again)
+    scan.add_many(again)
+    psthash.check()
+    assert psthash.match_batch(events) == scan.match_batch(events)
