@@ -388,9 +388,9 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
 
 def _bd_rows(bd: dict[str, float]) -> str:
     names = [
-        ("read_s", "Kafka read + validate subscription records (executors, job 1)"),
+        ("read_s", "batches with subscription records: Kafka read + cache + validate them (executors, job 1)"),
         ("state_s", "apply subscription changes to Redis (driver)"),
-        ("match_write_s", "Kafka read + match on executors + Kafka sink write (job 2, wall)"),
+        ("match_write_s", "match on executors + Kafka sink write (job 2, wall; reads Kafka when job 1 did not run)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
         ("worker_match_s", "  in workers: match (match_flat_pairs)"),

@@ -2,12 +2,13 @@
 
 Owns the Spark session settings, the streaming query and the ``foreachBatch`` logic:
 
-1. The query reads the two topics as two Kafka sources, in one micro-batch each time.
-   The batch's subscription records are decoded and validated on the executors, in
-   parallel, each inside the per-record barrier (whatever one record raises makes it a
-   rejected record, see :mod:`streaming.subscriptions`); only the outcome is collected
-   to the driver. This job reads the subscriptions topic alone: a batch of events only
-   has nothing to validate and costs next to nothing here.
+1. A batch with subscription records (records of both topics, read by Spark's Kafka
+   source) is cached on the executors. The subscription records are decoded and
+   validated there, in parallel, each inside the per-record barrier (whatever one record
+   raises makes it a rejected record, see :mod:`streaming.subscriptions`); only the
+   outcome is collected to the driver. A batch the query's offset log shows without any
+   (:func:`batch_may_read`; most batches) skips this step and is not cached: its one
+   Spark job reads the events straight from Kafka.
 2. The driver applies the valid changes to Redis in offset order (idempotent on replay,
    see :mod:`connectors.state`), giving the batch's subscription version. A Redis fault
    is never a record's: it fails the batch.
@@ -17,8 +18,7 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
    first paired with every shard id (:func:`by_shard`) and the pairs are partitioned by
    shard id, so task i matches every event against the index of shard i alone; the
    notifications are the union. With one shard the plan has no product and no shuffle.
-4. Notifications and rejected records are written with Spark's Kafka sink. This job
-   reads the events topic alone, straight from Kafka (nothing of the batch is cached).
+4. Notifications and rejected records are written with Spark's Kafka sink.
 
 Per batch, one log line tells what happened and where the time went, and one WARNING
 line summarises the rejects, if any (counts by code, a few samples).
@@ -27,6 +27,7 @@ line summarises the rejects, if any (counts by code, a few samples).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -49,7 +50,12 @@ from connectors.state import StateStore
 from index.errors import PsmatchError
 from streaming.config import ServiceConfig
 from streaming.records import RecordLimits
-from streaming.subscriptions import VALIDATED_DDL, assemble, validate_batches
+from streaming.subscriptions import (
+    VALIDATED_DDL,
+    ValidatedSubscriptions,
+    assemble,
+    validate_batches,
+)
 from streaming.worker import (
     MAX_SAMPLES,
     OUTPUT_DDL,
@@ -59,31 +65,6 @@ from streaming.worker import (
 )
 
 log = logging.getLogger("psmatch.job")
-
-SOURCE = "source"
-"""The column the query adds to tell its two Kafka sources apart, a constant per source
-(:func:`tag_source`)."""
-SUBSCRIPTIONS_SOURCE = 0
-EVENTS_SOURCE = 1
-
-
-def tag_source(records: Any, source: int) -> Any:
-    """The records of one Kafka source with the constant column :data:`SOURCE`."""
-    from pyspark.sql import functions as F
-
-    return records.withColumn(SOURCE, F.lit(source))
-
-
-def from_source(batch: Any, source: int) -> Any:
-    """The records of one source in a micro-batch of the union of tagged sources.
-
-    The filter is on a constant of each branch of the union, so Spark's optimizer
-    prunes the other branch: the plan scans that source's topic alone (a batch with no
-    subscription records reads nothing to validate them, and each record is read once,
-    with nothing cached)."""
-    from pyspark.sql import functions as F
-
-    return batch.filter(F.col(SOURCE) == source)
 
 
 class ServiceError(PsmatchError):
@@ -245,16 +226,50 @@ def by_shard(events: Any, shards: int) -> Any:
     return events.select("*", ids).repartitionById(shards, "shard")
 
 
-def snapshot_dir(checkpoint_location: str) -> str | None:
-    """Where the workers keep their index snapshots (:mod:`streaming.snapshots`): the
-    directory ``<checkpoint>.snapshots`` beside the checkpoint, as an absolute path, since
-    the checkpoint is already on storage every executor must reach; ``None`` (no
-    snapshots) when the checkpoint is not a local path (``hdfs://``, ``s3a://``...), which
-    the Python workers cannot open as files."""
+def local_checkpoint(checkpoint_location: str) -> Path | None:
+    """The checkpoint directory as an absolute local path; ``None`` when it is not a local
+    path (``hdfs://``, ``s3a://``...), which the driver and the Python workers cannot
+    open as files."""
     if "://" in checkpoint_location and not checkpoint_location.startswith("file://"):
         return None
-    path = Path(checkpoint_location.removeprefix("file://")).absolute()
-    return str(path.with_name(path.name + ".snapshots"))
+    return Path(checkpoint_location.removeprefix("file://")).absolute()
+
+
+def snapshot_dir(checkpoint_location: str) -> str | None:
+    """Where the workers keep their index snapshots (:mod:`streaming.snapshots`): the
+    directory ``<checkpoint>.snapshots`` beside the checkpoint, since the checkpoint is
+    already on storage every executor must reach; ``None`` (no snapshots) when the
+    checkpoint is not a local path."""
+    path = local_checkpoint(checkpoint_location)
+    return None if path is None else str(path.with_name(path.name + ".snapshots"))
+
+
+def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
+    """Whether micro-batch ``batch_id`` may hold records of ``topic``.
+
+    ``False`` only when the query's offset log shows the same offsets of every partition
+    of ``topic`` at the end of this batch as at the end of the one before: the batch's
+    range of the topic is then empty. Spark writes ``<checkpoint>/offsets/<id>`` before
+    it runs batch ``id`` (a version line ``v1``, a line of metadata, then one line per
+    source: for the Kafka source ``{"topic": {"partition": offset}}``), and batch ``id``
+    starts where batch ``id - 1`` ended. ``True`` whenever that cannot be told: the first
+    batch, a checkpoint that is not a local path, a missing or unexpected file.
+
+    Cost: two small local files read, no Spark job.
+    """
+    path = local_checkpoint(checkpoint_location)
+    if path is None or batch_id == 0:
+        return True
+    ends = []
+    for n in (batch_id - 1, batch_id):
+        try:
+            lines = (path / "offsets" / str(n)).read_text().splitlines()
+            if lines[0] != "v1" or len(lines) != 3:
+                return True
+            ends.append(json.loads(lines[2]).get(topic))
+        except (OSError, IndexError, ValueError, AttributeError):
+            return True
+    return ends[0] is None or ends[0] != ends[1]
 
 
 class BatchProcessor:
@@ -293,42 +308,54 @@ class BatchProcessor:
 
         cfg = self.config
         t0 = time.perf_counter()
-        # validated on the executors, in parallel; collected as Arrow columns
-        validated = assemble(
-            from_source(df, SUBSCRIPTIONS_SOURCE)
-            .select("key", "value", "topic", "partition", "offset")
-            .mapInArrow(partial(validate_batches, self.limits), VALIDATED_DDL)
-            .toArrow(),
-            cfg.subscriptions_topic,
-        )
-        t1 = time.perf_counter()
-        result = self.store.apply(validated.changes)
-        live = self.store.count()
-        t2 = time.perf_counter()
-
-        acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
-        events = from_source(df, EVENTS_SOURCE).select(
+        batch = df.select(
             "key", "value", "topic", "partition", "offset",
             F.unix_millis("timestamp").alias("ts"),
         )  # fmt: skip
-        if cfg.shards > 1:
-            events = by_shard(events, cfg.shards)
-        out = events.mapInArrow(
-            partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
-        )
-        if validated.rejects:
-            # an RDD rather than a local relation, so that the records (up to ~800 KB
-            # each) travel as data and are not embedded in the batch's query plan
-            rows = [(cfg.rejected_topic, k, v) for k, v in validated.rejects]
-            rdd = self.spark.sparkContext.parallelize(rows, 1)
-            out = out.unionByName(self.spark.createDataFrame(rdd, OUTPUT_DDL))
-        (
-            out.write.format("kafka")
-            .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
-            .options(**SINK_PRODUCER_OPTIONS)
-            .save()
-        )
-        t3 = time.perf_counter()
+        # A batch without subscription records (most of them) runs no validation job, and
+        # its one job reads the events straight from Kafka; otherwise the batch is
+        # cached, so that the validation job and the matching job read Kafka once.
+        subscribing = batch_may_read(cfg.checkpoint_location, batch_id, cfg.subscriptions_topic)
+        if subscribing:
+            batch = batch.persist()
+        try:
+            validated = ValidatedSubscriptions()
+            if subscribing:  # validated on the executors, in parallel; collected as Arrow
+                validated = assemble(
+                    batch.filter(F.col("topic") == cfg.subscriptions_topic)
+                    .select("key", "value", "topic", "partition", "offset")
+                    .mapInArrow(partial(validate_batches, self.limits), VALIDATED_DDL)
+                    .toArrow(),
+                    cfg.subscriptions_topic,
+                )
+            t1 = time.perf_counter()
+            result = self.store.apply(validated.changes)
+            live = self.store.count()
+            t2 = time.perf_counter()
+
+            acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
+            events = batch.filter(F.col("topic") == cfg.events_topic)
+            if cfg.shards > 1:
+                events = by_shard(events, cfg.shards)
+            out = events.mapInArrow(
+                partial(_match_partition, self.settings, result.version, acc), OUTPUT_DDL
+            )
+            if validated.rejects:
+                # an RDD rather than a local relation, so that the records (up to ~800 KB
+                # each) travel as data and are not embedded in the batch's query plan
+                rows = [(cfg.rejected_topic, k, v) for k, v in validated.rejects]
+                rdd = self.spark.sparkContext.parallelize(rows, 1)
+                out = out.unionByName(self.spark.createDataFrame(rdd, OUTPUT_DDL))
+            (
+                out.write.format("kafka")
+                .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
+                .options(**SINK_PRODUCER_OPTIONS)
+                .save()
+            )
+            t3 = time.perf_counter()
+        finally:
+            if subscribing:
+                batch.unpersist()
         workers: TaskMetrics = acc.value
         report = BatchReport(
             batch_id=batch_id,
@@ -382,23 +409,18 @@ def start_query(
 ) -> Any:
     """Create missing topics and start the streaming query; returns the StreamingQuery."""
     prepare(config)
-
-    def source(topic: str, kind: int) -> Any:
-        reader = (
-            spark.readStream.format("kafka")
-            .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
-            .option("subscribe", topic)
-            .option("startingOffsets", config.starting_offsets)
-            # compaction of the subscriptions topic removes offsets: not a loss
-            .option("failOnDataLoss", "false")
-        )
-        if config.max_offsets_per_trigger:
-            reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
-        return tag_source(reader.load(), kind)
-
+    reader = (
+        spark.readStream.format("kafka")
+        .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
+        .option("subscribe", f"{config.subscriptions_topic},{config.events_topic}")
+        .option("startingOffsets", config.starting_offsets)
+        # compaction of the subscriptions topic removes offsets: not a loss
+        .option("failOnDataLoss", "false")
+    )
+    if config.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
     writer = (
-        source(config.subscriptions_topic, SUBSCRIPTIONS_SOURCE)
-        .unionByName(source(config.events_topic, EVENTS_SOURCE))
+        reader.load()
         .writeStream.foreachBatch(BatchProcessor(config, spark, on_report))
         .option("checkpointLocation", config.checkpoint_location)
         .trigger(processingTime=f"{config.trigger_seconds} seconds")
