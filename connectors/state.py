@@ -171,6 +171,7 @@ local retention = tonumber(ARGV[1])
 local v = tonumber(redis.call('GET', KEYS[2]) or '0')
 local applied = 0
 local skipped = 0
+local last = {}  -- per source: the last applied offset, read once, written once
 local i = 2
 while i <= #ARGV do
   local src = ARGV[i]
@@ -179,9 +180,11 @@ while i <= #ARGV do
   local id = ARGV[i + 3]
   local rec = ARGV[i + 4]
   i = i + 5
-  local last = tonumber(redis.call('HGET', KEYS[4], src) or '-1')
-  if off > last then
-    redis.call('HSET', KEYS[4], src, ARGV[i - 4])
+  if last[src] == nil then
+    last[src] = tonumber(redis.call('HGET', KEYS[4], src) or '-1')
+  end
+  if off > last[src] then
+    last[src] = off
     if op == 'put' then
       redis.call('HSET', KEYS[1], id, rec)
       v = v + 1
@@ -197,6 +200,9 @@ while i <= #ARGV do
   else
     skipped = skipped + 1
   end
+end
+for src, off in pairs(last) do
+  redis.call('HSET', KEYS[4], src, off)
 end
 redis.call('SET', KEYS[2], v)
 if v > retention then

@@ -51,6 +51,18 @@ def test_replaying_a_batch_changes_nothing(store: StateStore) -> None:
     assert (r.version, r.applied, r.skipped) == (5, 1, 1)
 
 
+def test_each_partition_remembers_its_last_applied_offset_exactly(store: StateStore) -> None:
+    """Within one call, a record at or below its partition's last applied offset is
+    skipped, and the offsets are kept exactly (the script reads and writes each
+    partition's once)."""
+    big = 10**15 + 7
+    r = store.apply([put(big, "s1"), put(5, "s2"), put(big, "s3"), put(big + 1, "s4"),
+                     put(0, "s5", partition=1)])  # fmt: skip
+    assert (r.applied, r.skipped) == (3, 2)
+    assert store.offsets() == {"subs:0": big + 1, "subs:1": 0}
+    assert sorted(store.snapshot()[1]) == ["s1", "s4", "s5"]
+
+
 def test_big_batches_are_applied_in_chunks(store: StateStore) -> None:
     store.retention = 100_000
     n = StateStore.APPLY_CHUNK * 2 + 7
