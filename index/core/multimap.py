@@ -37,6 +37,8 @@ from index.errors import PsmatchError
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (keys, values) of all entries to a boolean mask of the entries to keep."""
+KeyFilterFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""Maps (query index, key) of the keys a range lookup finds to a mask of those to read."""
 
 MERGE_MIN = 4096
 """Delta entries that always wait for a merge (beyond it, an eighth of main's)."""
@@ -139,6 +141,23 @@ class MultiMap:
         owner_delta, values_delta = _csr_lookup(*self._sorted_delta(), passed, order)
         return (maybe[np.concatenate([owner_main, owner_delta])],
                 np.concatenate([values_main, values_delta]))
+
+    def lookup_ranges(self, low: np.ndarray, high: np.ndarray, keep: KeyFilterFn | None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The entries whose key is in ``[low[i], high[i])`` and that ``keep`` accepts
+        (it maps (query index, key) of each key in range to a mask; all without), as
+        ``(query_index, key, value)`` columns: main's, then the delta's.
+
+        For keys built so that one query's range is one prefix (PSTHash's fallback keys:
+        a space, then a tree): ``keep`` drops keys before their values are read. Cost
+        O(q log n) plus the keys in range and the values kept, vectorised; the key
+        filter cannot help a range.
+        """
+        parts = [_csr_ranges(self._keys, self._offsets, self._values, low, high, keep)]
+        if len(self._delta_keys):
+            parts.append(_csr_ranges(*self._sorted_delta(), low, high, keep))
+        owner, keys, values = zip(*parts, strict=True)
+        return np.concatenate(owner), np.concatenate(keys), np.concatenate(values)
 
     def values_of(self, key: int) -> np.ndarray:
         """Every value under one key (live or not)."""
@@ -249,3 +268,22 @@ def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
     counts = offsets[hit + 1] - starts
     owner, positions = expand_ranges(starts, counts)
     return found[owner], values[positions]
+
+
+def _csr_ranges(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray, low: np.ndarray,
+                high: np.ndarray, keep: KeyFilterFn | None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(query_index, key, value)`` of the entries under the keys in each query's range
+    that ``keep`` accepts."""
+    order = np.argsort(low)  # sorted queries narrow each search from the previous one
+    first = np.empty(len(low), dtype=np.int64)
+    end = np.empty(len(low), dtype=np.int64)
+    first[order] = np.searchsorted(keys, low[order])
+    end[order] = np.searchsorted(keys, high[order])
+    owner, at = expand_ranges(first, end - first)
+    if keep is not None:
+        kept = keep(owner, keys[at])
+        owner, at = owner[kept], at[kept]
+    starts = offsets[at]
+    entry, positions = expand_ranges(starts, offsets[at + 1] - starts)
+    return owner[entry], keys[at][entry], values[positions]

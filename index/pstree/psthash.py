@@ -17,18 +17,20 @@ Owns PSTHash's structures on top of the shared PS-Trees:
   predicate is near-full (:func:`index.pstree.store.near_full`), are filed under each
   space of their first access predicate *and the tree of their second*
   (:func:`fallback_key`; :data:`NO_TREE` for a single predicate). Every predicate
-  needs its attribute, so an event looks up only the trees it has: a conjunct whose
-  second attribute is absent is never a candidate (at 1M BE-Gen subscriptions, 69 % of
-  the candidates were such). The *fallback tree pairs* (first tree, second tree) known
-  let an event join its entries with its trees as the tree pairs do for the table;
+  needs its attribute, so an event reads, of the keys of each of its spaces, only those
+  of trees it has (one range lookup per space, keys checked against the chunk's
+  position matrix before their conjuncts are read): a conjunct whose second attribute
+  is absent is never a candidate (at 1M BE-Gen subscriptions, 69 % of the candidates
+  were such);
 * the *side lists*: tree id -> conjuncts whose first access predicate is near-full
   (``!=``, ``not in``): filed once, not under nearly every space of the tree, so a
   flood of them stays linear; verification checks all their predicates.
 
 The pairs found are candidates with both access predicates already true; verification
 checks the rest exactly. Cost per event: locating O(|E| log m), pairing O(sum over its
-entries of min(tree partners, entries)) for the table and the fallback lists each, the
-lookups in one vectorised ``searchsorted`` each, then verification of the candidates.
+entries of min(tree partners, entries)), the lookups in one vectorised
+``searchsorted`` (the fallback lists: the keys of the event's spaces, read in
+ranges), then verification of the candidates.
 """
 
 from __future__ import annotations
@@ -62,8 +64,6 @@ class PSTHashMatcher(ForestMatcher):
         self.hashed = GrowableArray(np.bool_)
         self.side = MultiMap()  # tree id -> conjuncts whose access predicate is near-full
         self._tree_pairs = np.empty(0, dtype=np.int64)  # sorted (low tree << 32 | high tree)
-        # sorted (first tree << 32 | second tree or NO_TREE) of the fallback conjuncts
-        self._fallback_pairs = np.empty(0, dtype=np.int64)
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
         self._on_splits(inserted.splits)
@@ -80,8 +80,7 @@ class PSTHashMatcher(ForestMatcher):
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
         self.hashed.put(cids, hashed)
         start = store.pred_start.data[cids[hashed]]
-        self._tree_pairs = _with_keys(self._tree_pairs, _tree_pair(store.pred_tree.data[start],
-                                                                   store.pred_tree.data[start + 1]))
+        self._add_tree_pairs(store.pred_tree.data[start], store.pred_tree.data[start + 1])
         start_first = np.cumsum(n_first) - n_first
         start_second = np.cumsum(n_second) - n_second
         h = np.flatnonzero(hashed)
@@ -95,8 +94,6 @@ class PSTHashMatcher(ForestMatcher):
         self.access.add(np.concatenate([first_sid[in_hash], second_sid[in_hash_second]]),
                         np.concatenate([first_cid[in_hash],
                                         second_cid[in_hash_second]]).astype(np.int32))
-        fallback = cids[~hashed & ~side]
-        self._fallback_pairs = _with_keys(self._fallback_pairs, self._fallback_pair(fallback))
         fallback_cid = first_cid[~in_hash]
         self.fallback.add(fallback_key(first_sid[~in_hash], self._second_tree(fallback_cid)),
                           fallback_cid.astype(np.int32))
@@ -108,34 +105,35 @@ class PSTHashMatcher(ForestMatcher):
         second = store.pred_tree.data[np.minimum(start + 1, len(store.pred_tree) - 1)]
         return np.where(store.pred_count.data[cids] > 1, second.astype(np.int64), NO_TREE)
 
-    def _fallback_pair(self, cids: np.ndarray) -> np.ndarray:
-        """Fallback tree pair of each conjunct: first tree << 32 | second tree."""
-        first = self.store.pred_tree.data[self.store.pred_start.data[cids]].astype(np.int64)
-        return (first << 32) | self._second_tree(cids)
+    def _add_tree_pairs(self, tree_a: np.ndarray, tree_b: np.ndarray) -> None:
+        """Note the (tree, tree) pairs hashed conjuncts are filed under.
+
+        Cost O(k log k + k log P) for k new conjuncts and P known pairs; the sorted array
+        is copied only when a pair is new, which is rare once the attributes are known
+        (a single add must not pay O(P), as a union of the two arrays would)."""
+        if not len(tree_a):
+            return
+        keys = np.unique(_tree_pair(tree_a, tree_b))
+        _, known = find_sorted(self._tree_pairs, keys)
+        if not known.all():
+            new = keys[~known]
+            self._tree_pairs = np.insert(self._tree_pairs,
+                                         np.searchsorted(self._tree_pairs, new), new)
 
     def _purge(self) -> None:
-        """Besides the posting lists: the side lists, the fallback lists (whose keys
+        """Besides the posting lists: the side lists, the fallback lists (their keys
         hold a tree besides a space, which the shared filter cannot read) and the tree
-        pairs of live hashed and fallback conjuncts."""
+        pairs of live hashed conjuncts."""
         alive = self.registry.alive.data
         self.side.compact(lambda _, cids: alive[cids])
         alive_space = self.forest.spaces.alive
         self.fallback.compact(lambda keys, cids: alive[cids] & alive_space[keys >> 32])
         live = np.flatnonzero(self.registry.alive.view() & self.hashed.view())
         start = self.store.pred_start.data[live]
-        self._tree_pairs = _with_keys(np.empty(0, dtype=np.int64),
-                                      _tree_pair(self.store.pred_tree.data[start],
-                                                 self.store.pred_tree.data[start + 1]))
-        self._fallback_pairs = _with_keys(np.empty(0, dtype=np.int64),
-                                          self._fallback_pair(self._fallback_cids()))
+        self._tree_pairs = np.empty(0, dtype=np.int64)
+        self._add_tree_pairs(self.store.pred_tree.data[start],
+                             self.store.pred_tree.data[start + 1])
         super()._purge()
-
-    def _fallback_cids(self) -> np.ndarray:
-        """Live conjuncts filed on the fallback lists: neither hashed nor on a side list.
-        O(conjuncts)."""
-        filed = self.registry.alive.view() & ~self.hashed.view()
-        filed[self.side.entries()[1]] = False
-        return np.flatnonzero(filed)
 
     def _on_splits(self, splits: Splits) -> None:
         """The new spaces of a batch's splits inherit their gap's fallback entries and
@@ -146,16 +144,8 @@ class PSTHashMatcher(ForestMatcher):
         store = self.store
         parents = splits.sid
         new_sids = splits.new_sids
-        # A fallback key of a gap names its tree's space and a partner in the fallback
-        # tree pairs: look up each (gap, partner), copy what is found to the new spaces.
-        pairs = self._fallback_pairs
-        first = np.searchsorted(pairs, splits.tree.astype(np.int64) << 32)
-        count = np.searchsorted(pairs, (splits.tree.astype(np.int64) + 1) << 32) - first
-        split, at = expand_ranges(first, count)
-        second = pairs[at] & _LOW
-        found, fallback = self.fallback.lookup(fallback_key(parents[split], second))
-        self.fallback.add(fallback_key(new_sids[split[found]].ravel(),
-                                       np.repeat(second[found], 2)),
+        owner, keys, fallback = self.fallback.lookup_ranges(*_space_range(parents), None)
+        self.fallback.add(fallback_key(new_sids[owner].ravel(), np.repeat(keys & _LOW, 2)),
                           np.repeat(fallback, 2))
         owner, cids = self.access.lookup(parents)
         keep = self.registry.alive.data[cids] & self.hashed.data[cids]
@@ -179,16 +169,16 @@ class PSTHashMatcher(ForestMatcher):
 
     def _family_bytes(self) -> int:
         return (self.hashed.nbytes + self.side.nbytes + self.fallback.nbytes
-                + self._tree_pairs.nbytes + self._fallback_pairs.nbytes)
+                + self._tree_pairs.nbytes)
 
     def _check(self) -> None:
         """Besides the shared structures: each live fallback conjunct is filed under
-        every space its first access predicate covers with its second tree, and only
-        under spaces of its first tree; its tree pair is known. O(entries) plus a
-        Python step per fallback conjunct."""
+        every space its first access predicate covers, with its second tree, and only
+        under spaces of its first tree. O(entries) plus a Python step per fallback
+        conjunct."""
         super()._check()
         self.fallback.check()
-        store, spaces = self.store, self.forest.spaces
+        store = self.store
         keys, cids = self.fallback.entries()
         live = self.registry.alive.data[cids]
         keys, cids = keys[live], cids[live].astype(np.int64)
@@ -196,14 +186,14 @@ class PSTHashMatcher(ForestMatcher):
         assert ((keys & _LOW) == self._second_tree(cids)).all(), "a wrong second tree"
         sid = keys >> 32
         first_tree = store.pred_tree.data[store.pred_start.data[cids]]
-        assert (spaces.tree[sid] == first_tree).all(), "a space not of the first tree"
-        _, known = find_sorted(self._fallback_pairs, self._fallback_pair(cids))
-        assert known.all(), "a fallback tree pair missing"
-        filed_cids = self._fallback_cids()
+        assert (self.forest.spaces.tree[sid] == first_tree).all(), "a space of another tree"
+        filed = self.registry.alive.view() & ~self.hashed.view()
+        filed[self.side.entries()[1]] = False  # on a side list instead
+        filed_cids = np.flatnonzero(filed)
         order = np.argsort(cids, kind="stable")
-        bounds = np.searchsorted(cids[order], filed_cids, side="left"), np.searchsorted(
-            cids[order], filed_cids, side="right")
-        for cid, lo, hi in zip(filed_cids.tolist(), *bounds, strict=True):
+        lows = np.searchsorted(cids[order], filed_cids, side="left")
+        highs = np.searchsorted(cids[order], filed_cids, side="right")
+        for cid, lo, hi in zip(filed_cids.tolist(), lows, highs, strict=True):
             covered = store.covered_sids(store.predicate_row(cid, 0))
             assert np.isin(covered, sid[order[lo:hi]]).all(), f"conjunct {cid} not filed"
 
@@ -212,98 +202,63 @@ class PSTHashMatcher(ForestMatcher):
         predicates hold), the fallback lists' under its spaces (the first holds) and the
         side lists' under its trees (none checked yet)."""
         assert isinstance(batch, ForestBatch)
-        located, _ = batch.chunk(first, last)
+        located, positions = batch.chunk(first, last)
         ev, sids = located.event, located.sid
         owner, partner = self._hashed_pairs(ev, located.tree)
         query, hashed_cids = self.table.lookup(pair_key(sids[owner], sids[partner]))
-        entry, keys = self._fallback_keys(ev, located.tree, sids)
-        pair, fallback_cids = self.fallback.lookup(keys)
+
+        def event_has_tree(entry: np.ndarray, keys: np.ndarray) -> np.ndarray:
+            tree = keys & _LOW
+            single = tree == NO_TREE
+            return single | (positions[ev[entry], np.where(single, 0, tree)] >= 0)
+
+        pair, _, fallback_cids = self.fallback.lookup_ranges(*_space_range(sids),
+                                                             event_has_tree)
         side_pair, side_cids = self.side.lookup(located.tree)
         checked = np.repeat(np.array([2, 1, 0], dtype=np.int32),
                             [len(query), len(pair), len(side_pair)])
-        return Candidates(np.concatenate([ev[owner[query]], ev[entry[pair]], ev[side_pair]]),
+        return Candidates(np.concatenate([ev[owner[query]], ev[pair], ev[side_pair]]),
                           np.concatenate([hashed_cids, fallback_cids, side_cids]
                                          ).astype(np.int64),
-                          len(ev) + len(owner) + len(query) + len(keys) + len(pair)
-                          + len(side_pair), checked)
+                          len(ev) + len(owner) + len(query) + len(pair) + len(side_pair),
+                          checked)
 
     def _hashed_pairs(self, ev: np.ndarray, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pairs (i, j) of located entries of one event whose trees some hashed
         conjunct is filed under: only these can have a bucket in the table.
 
-        Entry ``i`` is joined (:func:`_join`) with the entries of its event on trees above
-        its own: never the C(|E|, 2) of a wide event unless the index has as many tree
-        pairs.
+        Entry ``i`` is paired with the entries of its event on trees above its own
+        either by walking its tree's partners in the tree-pair list and finding them in
+        the event, or by walking the event's later entries and finding their pairs in
+        the list, whichever is shorter. Cost O(sum over entries of min(partners,
+        entries of the event)) plus logarithmic searches: never the C(|E|, 2) of a wide
+        event unless the index has as many tree pairs.
         """
         empty = np.empty(0, dtype=np.int64)
         if not len(self._tree_pairs) or not len(ev):
             return empty, empty
         order = np.lexsort((tree, ev))
         key = (ev[order] << 32) | tree[order]  # sorted: by event, then tree
-        end = np.searchsorted(key, (ev[order] + 1) << 32)
-        owner, partner = _join(tree[order], ev[order], key, np.arange(1, len(key) + 1), end,
-                               self._tree_pairs)
-        return order[owner], order[partner]
-
-    def _fallback_keys(self, ev: np.ndarray, tree: np.ndarray, sids: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray]:
-        """The fallback keys located entries can have, as (entry, key) columns: each
-        entry's space with :data:`NO_TREE`, and with each tree of its event that a
-        fallback conjunct pairs with the entry's tree (:func:`_join` over the fallback
-        tree pairs). Cost O(sum over entries of min(tree partners, entries of the event))
-        plus logarithmic searches; a tree the event lacks is never asked for.
-        """
-        order = np.lexsort((tree, ev))
-        key = (ev[order] << 32) | tree[order]  # sorted: by event, then tree
-        owner, partner = _join(tree, ev, key, np.searchsorted(key, ev << 32),
-                               np.searchsorted(key, (ev + 1) << 32), self._fallback_pairs)
-        entry = np.concatenate([np.arange(len(ev)), owner])
-        second = np.concatenate([np.full(len(ev), NO_TREE, dtype=np.int64), key[partner] & _LOW])
-        return entry, fallback_key(sids[entry], second)
-
-
-def _join(tree: np.ndarray, ev: np.ndarray, targets: np.ndarray, lo: np.ndarray,
-          hi: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Join entries with the trees of their events along known tree pairs.
-
-    Entry ``k`` (on tree ``tree[k]`` of event ``ev[k]``) may pair with the targets
-    ``targets[lo[k]:hi[k]]`` (sorted keys ``event << 32 | tree``, all of ``k``'s event);
-    ``pairs`` holds sorted keys ``tree << 32 | partner tree``. Returns ``(k, j)`` for each
-    target ``j`` whose tree is a partner of ``tree[k]``. Per entry, walks whichever is
-    shorter: its tree's partners, each looked up among the targets, or its targets, each
-    looked up among the pairs. Cost O(sum over entries of min(partners, targets)) plus
-    logarithmic searches, vectorised.
-    """
-    up_start = np.searchsorted(pairs, tree << 32)
-    up_count = np.searchsorted(pairs, (tree + 1) << 32) - up_start
-    span = hi - lo
-    walk = up_count <= span
-    # Through the tree's partners: look each one up among the event's targets. A
-    # partner found is in the event, hence among k's targets (all of them, or those on
-    # trees above k's when the pairs are ordered low << 32 | high).
-    w = np.flatnonzero(walk)
-    o, p = expand_ranges(up_start[w], up_count[w])
-    at, hit = find_sorted(targets, (ev[w[o]] << 32) | (pairs[p] & _LOW))
-    # Through the targets: look each (tree, target's tree) up among the pairs.
-    s = np.flatnonzero(~walk)
-    o_s, j = expand_ranges(lo[s], span[s])
-    _, hit_s = find_sorted(pairs, (tree[s[o_s]] << 32) | (targets[j] & _LOW))
-    return (np.concatenate([w[o[hit]], s[o_s[hit_s]]]),
-            np.concatenate([at[hit], j[hit_s]]))
-
-
-def _with_keys(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """``sorted_keys`` with ``keys`` added (a set). Cost O(k log k + k log P) for k keys
-    and P known; the array is copied only when a key is new, which is rare once the
-    attributes are known (a single add must not pay O(P), as a union would)."""
-    if not len(keys):
-        return sorted_keys
-    keys = np.unique(keys)
-    _, known = find_sorted(sorted_keys, keys)
-    if known.all():
-        return sorted_keys
-    new = keys[~known]
-    return np.insert(sorted_keys, np.searchsorted(sorted_keys, new), new)
+        t = tree[order]
+        pairs = self._tree_pairs
+        up_start = np.searchsorted(pairs, t << 32)
+        up_count = np.searchsorted(pairs, (t + 1) << 32) - up_start
+        later = np.searchsorted(key, (ev[order] + 1) << 32) - np.arange(len(key)) - 1
+        walk = up_count <= later
+        # Through the tree's partners: look each one up among the event's entries.
+        w = np.flatnonzero(walk)
+        o, p = expand_ranges(up_start[w], up_count[w])
+        want = (ev[order][w[o]] << 32) | (pairs[p] & 0xFFFFFFFF)
+        at, hit = find_sorted(key, want)
+        owner_a, partner_a = w[o[hit]], at[hit]
+        # Through the event's later entries: look each pair up in the tree-pair list.
+        s = np.flatnonzero(~walk)
+        o, j = expand_ranges(s + 1, later[s])
+        want = (t[s[o]] << 32) | t[j]
+        _, hit = find_sorted(pairs, want)
+        owner_b, partner_b = s[o[hit]], j[hit]
+        return (order[np.concatenate([owner_a, owner_b])],
+                order[np.concatenate([partner_a, partner_b])])
 
 
 def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
@@ -336,5 +291,11 @@ def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
 
 def fallback_key(sid: np.ndarray, second_tree: np.ndarray) -> np.ndarray:
     """Posting key of a fallback entry: ``space id << 32 | second tree`` (:data:`NO_TREE`
-    for a single predicate), so a space's keys are contiguous, its trees in order."""
+    for a single predicate), so that a space's keys are one range (:func:`_space_range`)."""
     return (np.asarray(sid).astype(np.int64) << 32) | np.asarray(second_tree).astype(np.int64)
+
+
+def _space_range(sids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The range ``[low, high)`` of the fallback keys of each space."""
+    low = np.asarray(sids).astype(np.int64) << 32
+    return low, low + (1 << 32)
