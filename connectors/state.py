@@ -38,7 +38,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -420,6 +420,29 @@ class StateStore:
 
         version, subs = self._call("read the subscription state", read)
         return int(version or 0), {_text(k): _text(v) for k, v in subs.items()}
+
+    SCAN_CHUNK = 10_000
+    """Subscriptions asked for per ``HSCAN`` call of :meth:`scan`."""
+
+    def scan(self) -> Iterator[tuple[str, str]]:
+        """Every current subscription, ``(id, stored text)``, read in chunks of about
+        :data:`SCAN_CHUNK` (``HSCAN``): memory for one chunk, not for the whole state.
+
+        Not atomic: a subscription changed while the scan runs may be given in either
+        form, or twice. Replaying the change log from a version read before the scan on
+        top of what it gives yields the state at the log's end (each id's last change
+        wins); an id present throughout is given at least once (Redis's guarantee).
+        """
+        cursor = 0
+        while True:
+            cursor, found = self._call(
+                "read the subscription state",
+                lambda cursor=cursor: self.client.hscan(self.k_subs, cursor, count=self.SCAN_CHUNK),
+            )
+            for sub_id, stored in found.items():
+                yield _text(sub_id), _text(stored)
+            if not cursor:
+                return
 
     def changes(self, after: int, upto: int) -> list[Change]:
         """Changes ``after+1 .. upto`` in order; :class:`ChangeLogGapError` if any is gone."""

@@ -165,8 +165,7 @@ class WorkerIndex:
         delete), in order, in bulk: changes of other shards are skipped (one CRC-32 of
         the id each, none with one shard); only each id's last change counts; deletions
         are one ``remove`` each (the Matcher interface has no bulk removal), and the puts
-        are decoded one by one inside the per-record barrier (see :meth:`_decode`) and
-        handed to one ``add_many``. Raises whatever ``add_many`` raised: the matcher may then be
+        go to :meth:`load`. Raises whatever ``add_many`` raised: the matcher may then be
         half updated, and the caller discards it.
 
         Cost: one JSON decode and expression parse per put, and the matcher's bulk insert.
@@ -176,10 +175,23 @@ class WorkerIndex:
         for sub_id, stored in latest.items():
             if stored is None:
                 self.delete(sub_id)
+        self.load((sub_id, stored) for sub_id, stored in latest.items() if stored is not None)
+
+    def load(self, stored: Iterable[tuple[str, str]]) -> None:
+        """Index stored subscriptions (``(id, stored text)``) as they come, in one
+        ``add_many``: those of other shards are skipped, and an id given twice keeps its
+        last text (the matcher replaces it). The subscriptions are decoded one by one
+        inside the per-record barrier (see :meth:`_decode`). Raises whatever ``add_many``
+        raised, as :meth:`apply` does.
+
+        Memory: the matcher's bulk batch and the notification heads, not the input (a
+        full reload streams it from Redis, :meth:`connectors.state.StateStore.scan`).
+        """
+        holds = self.shard.holds
         left_out: list[str] = []
         heads: dict[str, bytes] = {}
-        puts = ((sub_id, stored) for sub_id, stored in latest.items() if stored is not None)
-        self.matcher.add_many(self._decode(puts, heads, left_out))
+        mine = ((sub_id, text) for sub_id, text in stored if holds(sub_id))
+        self.matcher.add_many(self._decode(mine, heads, left_out))
         self.heads.update(heads)
         for sub_id in left_out:
             self.delete(sub_id)
@@ -243,21 +255,22 @@ def _cache_key(settings: WorkerSettings, shard: int) -> tuple[str, str, str, int
 
 
 def build_index(
-    matcher: str, version: int, subs: dict[str, str], shard: Shard = WHOLE
-) -> WorkerIndex:
-    """An index of every stored subscription of ``shard`` in ``subs`` (id -> stored
-    text), at ``version``: in bulk (:meth:`WorkerIndex.apply`); should ``add_many``
-    raise, a fresh matcher is built one subscription at a time, so that only the culprits
-    are left out."""
+    matcher: str, version: int, read: Callable[[], Iterable[tuple[str, str]]],
+    shard: Shard = WHOLE,
+) -> WorkerIndex:  # fmt: skip
+    """An index of every stored subscription of ``shard`` that ``read()`` gives (id,
+    stored text), labelled ``version``: in bulk (:meth:`WorkerIndex.load`); should
+    ``add_many`` raise, a fresh matcher is built one subscription at a time from a second
+    ``read()``, so that only the culprits are left out."""
     index = WorkerIndex(make_matcher(matcher), version, shard=shard)
     try:
-        index.apply(subs.items())
+        index.load(read())
         return index
     except Exception:  # the per-record barrier of the bulk path: find the culprits
-        log.exception("indexing %d stored subscriptions in bulk failed; indexing them one "
-                      "by one", len(subs))  # fmt: skip
+        log.exception("indexing the stored subscriptions of version %d in bulk failed; "
+                      "indexing them one by one", version)  # fmt: skip
     index = WorkerIndex(make_matcher(matcher), version, shard=shard)
-    for sub_id, stored in subs.items():
+    for sub_id, stored in read():
         if shard.holds(sub_id):
             index.put(sub_id, stored)
     return index
@@ -267,13 +280,26 @@ def _reload(
     settings: WorkerSettings, store: StateStore, version: int, shard: Shard
 ) -> WorkerIndex:
     """An index of ``shard`` brought to ``version`` from its snapshot, else from every
-    subscription in Redis (read whole, the shard's kept; then saved as the new
-    snapshot)."""
+    subscription in Redis (then saved as the new snapshot).
+
+    The subscriptions are streamed from Redis (:meth:`StateStore.scan`) into the
+    matcher, never all held at once; what changed during the scan is then replayed from
+    the change log. Should the log no longer reach back to the scan's start, the state
+    is read whole and atomically instead."""
     index = _from_snapshot(settings, store, version, shard)
     if index is not None:
         return index
-    state_version, subs = store.snapshot()
-    index = build_index(settings.matcher, state_version, subs, shard)
+    start = store.version()
+    index = build_index(settings.matcher, start, store.scan, shard)
+    try:
+        changes = store.changes(start, store.version())
+    except ChangeLogGapError:
+        changes = None
+    if changes is None or (changes and not _catch_up(index, changes)):
+        log.info("the subscription state changed too much while it was read; reading it "
+                 "again, whole")  # fmt: skip
+        state_version, subs = store.snapshot()
+        index = build_index(settings.matcher, state_version, subs.items, shard)
     if settings.snapshot_dir is not None:
         _save_snapshot(settings, store, index)
     return index

@@ -63,6 +63,28 @@ def test_each_partition_remembers_its_last_applied_offset_exactly(store: StateSt
     assert sorted(store.snapshot()[1]) == ["s1", "s4", "s5"]
 
 
+def test_a_scan_gives_every_subscription_chunk_by_chunk(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis's COUNT is a hint (a small hash comes whole); past its compact encoding
+    (128 entries) a chunk holds about that many."""
+    monkeypatch.setattr(StateStore, "SCAN_CHUNK", 50)
+    store.retention = 10_000
+    store.apply([put(i, f"s{i}", f"a = {i}") for i in range(3000)]
+                + [delete(3000 + i, f"s{i}") for i in range(0, 3000, 3)])  # fmt: skip
+    chunks: list[int] = []
+    hscan = store.client.hscan
+
+    def counted(*args: object, **kwargs: object) -> tuple[int, dict[bytes, bytes]]:
+        cursor, found = hscan(*args, **kwargs)
+        chunks.append(len(found))
+        return cursor, found
+
+    monkeypatch.setattr(store.client, "hscan", counted)
+    assert dict(store.scan()) == store.snapshot()[1]
+    assert len(chunks) > 10 and max(chunks) < 50 * 4
+
+
 def test_big_batches_are_applied_in_chunks(store: StateStore) -> None:
     store.retention = 100_000
     n = StateStore.APPLY_CHUNK * 2 + 7

@@ -6,6 +6,8 @@ records and a faulty matcher left out alone."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -140,6 +142,51 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     assert matches(index) == expected(exprs)
 
 
+def scan_with_writes(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch, after: int, writes: list[SourceChange]
+) -> None:
+    """Make the worker's reload scan apply ``writes`` to Redis once it has given
+    ``after`` subscriptions: changes that land while a reload reads the state."""
+    scan = StateStore.scan
+
+    def interleaved(self: StateStore) -> Iterator[tuple[str, str]]:
+        for n, item in enumerate(scan(self)):
+            if n == after:
+                store.apply(writes)
+            yield item
+
+    monkeypatch.setattr(StateStore, "scan", interleaved)
+
+
+@pytest.mark.parametrize("retention", [100, 3])
+def test_a_reload_ends_at_the_state_that_the_log_reaches_whatever_changed_while_it_read(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture, retention: int,
+) -> None:
+    """The full reload streams the state from Redis, in chunks, then replays what the
+    change log recorded meanwhile; when the log no longer reaches back to the scan's
+    start (a retention of 3 here), it reads the state again, whole."""
+    settings, store = state
+    settings = dataclasses.replace(settings, retention=retention)
+    store.retention = retention
+    monkeypatch.setattr(StateStore, "SCAN_CHUNK", 4)
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    writes = [put(30, "s0", "a = 5"), SourceChange("subs:0", 31, "s29", None),
+              put(32, "late", "b = 'x'"), SourceChange("subs:0", 33, "s1", None),
+              put(34, "s1", "a < 2")]  # fmt: skip
+    scan_with_writes(store, monkeypatch, 10, writes)
+    caplog.set_level(logging.INFO, logger=worker.log.name)
+    index = worker.sync_index(settings, 35)
+    exprs |= {"s0": "a = 5", "late": "b = 'x'", "s1": "a < 2"}
+    del exprs["s29"]
+    assert index.version == 35 and set(index.heads) == set(exprs)
+    assert len(index.matcher) == len(exprs)
+    assert matches(index) == expected(exprs)
+    read_again = "changed too much while it was read" in caplog.text
+    assert read_again == (retention < len(writes))
+
+
 class FaultyMatcher(ScanMatcher):
     """A matcher with a bug: it raises on subscriptions about the attribute ``boom``."""
 
@@ -164,7 +211,7 @@ def test_when_add_many_raises_the_culprit_is_found_and_left_out(
     index = worker.sync_index(settings, 11)
     assert set(index.heads) == set(exprs) and "boom" not in index.matcher
     assert matches(index) == expected(exprs)
-    assert "indexing 11 stored subscriptions in bulk failed" in caplog.text
+    assert "indexing the stored subscriptions of version 11 in bulk failed" in caplog.text
 
     # the same bug during a catch-up: the half-updated index is dropped for a reload
     store.apply([put(11, "s0", "b = 'y'"), put(12, "boom2", "boom = 2")])
