@@ -105,7 +105,7 @@ def breakdown(reports: list[BatchReport]) -> dict[str, float]:
     n = max(1, len(busy))
     out = {k: sum(getattr(r, k) for r in busy) / n
            for k in ("total_s", "read_s", "state_s", "match_write_s")}  # fmt: skip
-    for k in ("sync_s", "parse_s", "match_s", "encode_s"):  # streaming.worker.TaskMetrics
+    for k in ("sync_s", "parse_s", "match_s", "encode_s", "cpu_s"):  # worker.TaskMetrics
         out[f"worker_{k}"] = sum(getattr(r.workers, k) for r in busy) / n
     out["batches"] = len(busy)
     out["events_per_batch"] = sum(r.events for r in busy) / n
@@ -388,13 +388,16 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
 
 def _bd_rows(bd: dict[str, float]) -> str:
     names = [
-        ("read_s", "batches with subscription records: Kafka read + cache + validate them (executors, job 1)"),
+        ("read_s", "batches with subscription records: Kafka read + cache + validate them "
+                   "(executors, job 1)"),
         ("state_s", "apply subscription changes to Redis (driver)"),
-        ("match_write_s", "match on executors + Kafka sink write (job 2, wall; reads Kafka when job 1 did not run)"),
+        ("match_write_s", "match on executors + Kafka sink write (job 2, wall; reads Kafka "
+                          "when job 1 did not run)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
         ("worker_match_s", "  in workers: match (match_flat_pairs)"),
         ("worker_encode_s", "  in workers: build notification records"),
+        ("worker_cpu_s", "  in workers: CPU time of the three steps above (the rest: waiting)"),
         ("total_s", "whole batch (wall)"),
     ]
     return "\n".join(f"| {label} | {bd[k]:.3f} |" for k, label in names)

@@ -129,7 +129,8 @@ class BatchReport:
             f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s, redis {self.state_s:.2f} s, "
             f"match+write {self.match_write_s:.2f} s; in workers: catch-up "
             f"{w.sync_s:.2f} s, parse {w.parse_s:.2f} s, "
-            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s; worker peak RSS "
+            f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s (CPU {w.cpu_s:.2f} s of "
+            f"these three); worker peak RSS "
             f"{w.peak_rss_bytes / 2**20:,.0f} MiB]{sharding}"
         )
 

@@ -214,6 +214,8 @@ def test_a_matching_task_reports_its_figures_with_its_result(store: StateStore) 
     assert first.notifications == 3 and first.events == 3 and first.rejected == 2
     assert first.index_subscriptions == 3 and first.index_predicates >= 3
     assert first.rejects == {"invalid_json": 1, "invalid_record": 1}
+    # the thread's CPU time over parse, match and encode: some, and never more than their wall
+    assert 0 < first.cpu_s <= first.parse_s + first.match_s + first.encode_s
     # this process's peak resident memory, as /proc tells it (Linux, in KiB)
     with open("/proc/self/status") as status:
         hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
