@@ -199,8 +199,8 @@ class PSTHashMatcher(ForestMatcher):
 
     def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
         """The hash table's conjuncts under the event's pairs of spaces (both access
-        predicates hold), the fallback lists' under its spaces (the first holds) and the
-        side lists' under its trees (none checked yet)."""
+        predicates hold), the fallback lists' under its spaces with a second tree it has
+        (the first holds) and the side lists' under its trees (none checked yet)."""
         assert isinstance(batch, ForestBatch)
         located, positions = batch.chunk(first, last)
         ev, sids = located.event, located.sid
@@ -208,6 +208,8 @@ class PSTHashMatcher(ForestMatcher):
         query, hashed_cids = self.table.lookup(pair_key(sids[owner], sids[partner]))
 
         def event_has_tree(entry: np.ndarray, keys: np.ndarray) -> np.ndarray:
+            # A key's conjunct needs its second tree: read the chunk's dense position
+            # matrix (cache-resident), not the conjunct's rows (a cache miss each).
             tree = keys & _LOW
             single = tree == NO_TREE
             return single | (positions[ev[entry], np.where(single, 0, tree)] >= 0)

@@ -1,9 +1,12 @@
-"""PSTHash's pair generation and side lists (issue 9, items 1 and 2).
+"""PSTHash's pair generation, side lists (issue 9, items 1 and 2) and fallback keys
+(issue 10).
 
 The hash table holds pairs of spaces from the two access predicates' trees, so an
-event's entries are paired only where some hashed conjunct joins their trees; these
-tests count the pairs generated and check the answers against scan, with ``check()``
-after each mutation.
+event's entries are paired only where some hashed conjunct joins their trees; the
+fallback lists key a conjunct by its first space and its second tree, so an event
+lacking that tree never gets it as a candidate. These tests count the pairs and the
+candidates generated and check the answers against scan, with ``check()`` after each
+mutation.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ def test_removals_then_purge_keep_the_fallback_lists_exact() -> None:
     for sid in gone:
         psthash.remove(sid)
         scan.remove(sid)
-    psthash.check()
+        psthash.check()
     assert psthash.registry.awaiting_reclaim < 300  # a purge ran
     keys, _ = psthash.fallback.entries()
     assert ((keys & 0xFFFFFFFF) == 0xFFFFFFFF).all()
