@@ -60,11 +60,14 @@ def insert_sorted_in_place(column: np.ndarray, at: np.ndarray, items: np.ndarray
     realloc, which remaps a large block instead of copying it), then its entries move
     right a block of :data:`MOVE_BLOCK` at a time, last block first, so that no entry is
     overwritten before it is read (an entry only moves right) and the temporaries are one
-    block's. ``column`` must own its data and no view of it may be alive; it is consumed:
-    use the returned array. O(len + k)."""
+    block's. No view of ``column`` may be alive; it is consumed: use the returned array.
+    A column that does not own its data (one unpickled from a snapshot lives in the
+    pickle's buffer) is copied once first, after which it owns. O(len + k)."""
     n, k = len(column), len(items)
     if not k:
         return column
+    if not column.flags.owndata:
+        column = column.copy()
     column.resize(n + k, refcheck=False)
     for begin in range((n - 1) // MOVE_BLOCK * MOVE_BLOCK, -1, -MOVE_BLOCK):
         end = min(begin + MOVE_BLOCK, n)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gc
+import pickle
 
 import pytest
 
 from index import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
+from index.core.multimap import MERGE_MIN
 from index.events import flatten_event
 
 
@@ -120,6 +122,22 @@ def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
     matcher.check()
     assert len(matcher) == 1
     assert matcher.match_batch([{"a": 1}, {"a": 2}]) == [set(), {"x"}]
+
+
+def test_an_unpickled_index_takes_enough_adds_to_merge_its_side_lists(matcher):
+    """A worker restored from a snapshot (pickle protocol 5, whose arrays live in the
+    pickle's buffer) goes on growing: more adds than a multimap keeps beside its main
+    part, so they merge into arrays the index did not allocate itself."""
+    texts = {i: f"a between {i} and {i + 3} and b = {i % 7}" for i in range(2 * MERGE_MIN)}
+    matcher.add_many(list(texts.items())[:MERGE_MIN // 2])
+    restored = pickle.loads(pickle.dumps(matcher, protocol=5))
+    restored.add_many(list(texts.items())[MERGE_MIN // 2:])
+    restored.check()
+    assert len(restored) == len(texts)
+    events = [{"a": a, "b": b} for a in range(0, 2 * MERGE_MIN, 97) for b in range(7)]
+    reference = make_matcher("scan")
+    reference.add_many(texts.items())
+    assert restored.match_batch(events) == reference.match_batch(events)
 
 
 FOREST_MATCHERS = {"pstbloom", "psthash", "opindex", "betree"}

@@ -44,6 +44,16 @@ def test_insert_sorted_in_place_equals_numpy_insert(column, data, block) -> None
     assert got.tolist() == expected
 
 
+def test_insert_sorted_in_place_takes_a_column_that_lives_in_another_buffer() -> None:
+    """An array unpickled from a snapshot (protocol 5) is a view of the pickle's buffer
+    and cannot be resized in place: it is copied once, then grown."""
+    borrowed = np.frombuffer(bytearray(np.arange(6, dtype=np.int64).tobytes()), np.int64)
+    assert not borrowed.flags.owndata
+    got = insert_sorted_in_place(borrowed, np.array([0, 6]), np.array([-1, 9]))
+    assert got.tolist() == [-1, 0, 1, 2, 3, 4, 5, 9]
+    assert got.flags.owndata
+
+
 def test_set_bits_equals_bitwise_or_at() -> None:
     positions = np.random.default_rng(5).integers(0, 64 * 300, 5_000).astype(np.uint64)
     expected = np.zeros(300, dtype=np.uint64)
