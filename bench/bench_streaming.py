@@ -458,6 +458,7 @@ Where a psmatch batch's time goes (mean per batch with events; backlog phase:
 def record_run(directory: Path, r: dict[str, Any]) -> list[dict[str, Any]]:
     """Add this run to ``<directory>/bench-streaming-runs.json`` (the last run of each
     (subscriptions, matcher, shards) is kept); returns every recorded run."""
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "bench-streaming-runs.json"
     runs = json.loads(path.read_text()) if path.exists() else []
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
