@@ -1,7 +1,7 @@
 """The workers' per-record barrier and what it must not catch: an event's fault becomes a
 reject, an infrastructure fault (Redis unreachable) fails the task, to be retried. Plus
 the per-batch reject summary of the log, and the workers' index: full reload and
-change-log catch-up in bulk (one ``add_many``), against a real Redis, with bad stored
+change-log catch-up in bulk (``add_many``, a chunk at a time), against a real Redis, with bad stored
 records and a faulty matcher left out alone."""
 
 from __future__ import annotations
@@ -138,6 +138,24 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     same = worker.sync_index(settings, 46)
     assert same is index and index.version == 46 and index.reloads == 1
     assert (calls.add, calls.add_many) == (0, 2)
+    assert set(index.heads) == set(exprs) and len(index.matcher) == len(exprs)
+    assert matches(index) == expected(exprs)
+
+
+def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reload files the subscriptions one ``add_many`` of LOAD_CHUNK at a time (so a
+    bulk build's working memory is a chunk's); HSCAN may give a key twice, in other
+    chunks: the last text read stands."""
+    monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
+    calls = Calls(monkeypatch, "psthash")
+    index = worker.WorkerIndex(make_matcher("psthash"))
+    index.load([(sid, dumps_record(e, "who", {})) for sid, e in exprs.items()]
+               + [("s3", dumps_record("a = 1", "who", {}))])  # fmt: skip
+    exprs["s3"] = "a = 1"
+    assert calls.add_many == 6  # 41 records in chunks of 7
     assert set(index.heads) == set(exprs) and len(index.matcher) == len(exprs)
     assert matches(index) == expected(exprs)
 
