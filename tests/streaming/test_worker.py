@@ -1,8 +1,8 @@
 """The workers' per-record barrier and what it must not catch: an event's fault becomes a
 reject, an infrastructure fault (Redis unreachable) fails the task, to be retried. Plus
 the per-batch reject summary of the log, and the workers' index: full reload and
-change-log catch-up in bulk (``add_many``, a chunk at a time), against a real Redis, with bad stored
-records and a faulty matcher left out alone."""
+change-log catch-up in bulk (``add_many``, a chunk at a time), against a real Redis,
+with bad stored records and a faulty matcher left out alone."""
 
 from __future__ import annotations
 
