@@ -203,6 +203,17 @@ class Matcher(ABC):
     def __len__(self) -> int:
         return len(self._slot_of)
 
+    def __iter__(self) -> Iterator[Hashable]:
+        """The ids of the subscriptions held, in no particular order."""
+        return iter(self._slot_of)
+
+    def slot_of(self, sub_id: Hashable) -> int:
+        """The slot of ``sub_id`` (``KeyError`` if there is none): the number
+        :meth:`match_flat_slots` gives for its matches, fixed until it is removed or
+        replaced, and reused after that. Callers keep per-subscription data in columns
+        by slot with it. Cost O(1)."""
+        return self._slot_of[sub_id]
+
     def match(self, event: Mapping[str, Any]) -> set[Hashable]:
         """The ids of the subscriptions ``event`` satisfies.
 
@@ -242,11 +253,20 @@ class Matcher(ABC):
 
         Cost: the matching, then O(matches) in C loops; no set per event.
         """
+        events, slots = self.match_flat_slots(flat_events)
+        return events, list(map(self._ids.__getitem__, slots.tolist()))
+
+    def match_flat_slots(self, flat_events: Sequence[FlatEvent]
+                         ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """:meth:`match_flat_pairs` with each match's subscription as its slot
+        (:meth:`slot_of`) in an int64 array: nothing per match in Python, for callers
+        that keep what they need per subscription in columns by slot.
+        """
         if not flat_events:
-            return np.empty(0, dtype=np.int64), []
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         self._file_staged()
         events, slots = self._match_flat_pairs(list(flat_events))
-        return events, list(map(self._ids.__getitem__, slots.tolist()))
+        return events, slots.astype(np.int64, copy=False)
 
     def stats(self) -> MatcherStats:
         """Counts and estimated memory of the index (staged adds filed first)."""

@@ -8,7 +8,7 @@ shard count, see :mod:`streaming.shards`), in a directory every executor reaches
 
     <dir>/<sha256(prefix)[:16]>-<matcher>-<shard>of<shards>.snapshot
 
-    {"format": "psmatch-index-snapshot", "format_version": 3, "index_code": <sha256 of
+    {"format": "psmatch-index-snapshot", "format_version": 4, "index_code": <sha256 of
      the index package's source>, "prefix_sha256": <sha256 of the Redis key prefix>,
      "matcher": ..., "shard": i, "shards": n,
      "version": <state version>, "last_change": <sha256 of the change at that version>,
@@ -48,10 +48,11 @@ import index
 from connectors.state import Change
 from index import Matcher
 from index.errors import PsmatchError
+from streaming.heads import NotificationHeads
 from streaming.shards import WHOLE, Shard
 
 FORMAT = "psmatch-index-snapshot"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MAX_HEADER_BYTES = 4096
 """The header line's length, newline included (padded with spaces)."""
 CHUNK_BYTES = 8 << 20
@@ -80,7 +81,7 @@ class Snapshot:
 
     version: int
     matcher: Matcher
-    heads: dict[str, bytes]
+    heads: NotificationHeads
     last_change: str | None  # change_digest of the state's change at ``version``
 
 
@@ -106,7 +107,7 @@ def save_snapshot(
     prefix: str,
     version: int,
     matcher: Matcher,
-    heads: dict[str, bytes],
+    heads: NotificationHeads,
     last_change: str | None,
     shard: Shard = WHOLE,
 ) -> Path:
@@ -227,6 +228,7 @@ def load_snapshot(
         # renamed over this one's name
         file.seek(start)
         loaded, heads = pickle.load(file)
-    if not isinstance(loaded, Matcher) or loaded.name != matcher or not isinstance(heads, dict):
-        raise SnapshotError(f"{path} does not hold a {matcher!r} matcher")
+    if (not isinstance(loaded, Matcher) or loaded.name != matcher
+            or not isinstance(heads, NotificationHeads)):
+        raise SnapshotError(f"{path} does not hold a {matcher!r} matcher and its heads")
     return Snapshot(version, loaded, heads, last_change)

@@ -15,8 +15,8 @@ out and logged) and, should ``add_many`` itself raise, a rebuild one subscriptio
 time that leaves out only the culprits. :func:`match_batches` is the ``mapInArrow``
 function: it decodes and validates each event on its own inside a per-record barrier
 (whatever one event raises makes it a rejected record, the others go on), matches the
-valid, already flattened events with ``match_flat_pairs`` and emits notification
-records (heads and tails encoded by :mod:`streaming.records`, joined by Arrow), all as
+valid, already flattened events with ``match_flat_slots`` and emits notification
+records (heads by slot, :mod:`streaming.heads`, and tails, joined by Arrow), all as
 Arrow batches of ``(topic, key, value)`` for Spark's Kafka sink. Each task reports a
 :class:`TaskMetrics` to the driver. Redis is the only I/O here, in
 :func:`sync_index`, outside every barrier: its faults fail the task, never a record.
@@ -28,7 +28,7 @@ import logging
 import resource
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
@@ -41,6 +41,7 @@ from index import Matcher, make_matcher
 from index.errors import PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
+from streaming.heads import NotificationHeads
 from streaming.records import (
     RecordError,
     RecordLimits,
@@ -158,12 +159,12 @@ class ShardMismatchError(PsmatchError):
 
 @dataclass
 class WorkerIndex:
-    """A matcher at a known version plus each subscription's notification head, holding
-    the subscriptions of ``shard`` only."""
+    """A matcher at a known version plus each subscription's notification key and head
+    by slot, holding the subscriptions of ``shard`` only."""
 
     matcher: Matcher
     version: int = 0
-    heads: dict[str, bytes] = field(default_factory=dict)
+    heads: NotificationHeads = field(default_factory=NotificationHeads)
     reloads: int = 0
     replayed: int = 0
     shard: Shard = WHOLE
@@ -197,12 +198,13 @@ class WorkerIndex:
         """
         holds = self.shard.holds
         left_out: list[str] = []
-        heads: dict[str, bytes] = {}
         mine = ((sub_id, text) for sub_id, text in stored if holds(sub_id))
         for first in mine:
             chunk = chain([first], islice(mine, LOAD_CHUNK - 1))
+            heads: dict[str, bytes] = {}
             self.matcher.add_many(self._decode(chunk, heads, left_out))
-        self.heads.update(heads)
+            for sub_id, head in heads.items():  # an id given twice: its last slot and head
+                self.heads.put(self.matcher.slot_of(sub_id), sub_id.encode(), head)
         for sub_id in left_out:
             self.delete(sub_id)
 
@@ -237,12 +239,21 @@ class WorkerIndex:
             self.delete(sub_id)
             log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
             return
-        self.heads[sub_id] = notification_head(sub_id, record)
+        self.heads.put(self.matcher.slot_of(sub_id), sub_id.encode(),
+                       notification_head(sub_id, record))  # fmt: skip
 
     def delete(self, sub_id: str) -> None:
         if sub_id in self.matcher:
+            self.heads.clear(self.matcher.slot_of(sub_id))
             self.matcher.remove(sub_id)
-        self.heads.pop(sub_id, None)
+
+    def check(self) -> None:
+        """Assert the matcher's invariants, and that every subscription it holds has its
+        key and head at its slot; ``AssertionError`` on a breach. Cost O(subscriptions)."""
+        self.matcher.check()
+        for sub_id in self.matcher:
+            stored = self.heads.get(self.matcher.slot_of(sub_id))
+            assert stored is not None and stored[0] == sub_id.encode(), (sub_id, stored)
 
 
 _CACHE: dict[tuple[str, str, str, int, int], WorkerIndex] = {}
@@ -439,7 +450,7 @@ def match_rows(
 
     Each event is decoded and validated on its own, inside a barrier: whatever it raises
     makes it a rejected record and the others go on. The valid ones are matched together
-    (:meth:`index.Matcher.match_flat_pairs`). Returns the output records as a table of
+    (:meth:`index.Matcher.match_flat_slots`). Returns the output records as a table of
     :data:`OUTPUT_SCHEMA`: the notifications (assembled by Arrow, see
     :func:`notification_records`), then the rejects.
 
@@ -480,16 +491,16 @@ def match_rows(
         tails.append(tail)
         positions.append((key, value, topic, partition, offset))
     t1 = time.perf_counter()
-    events, ids, failed = _match(index.matcher, flat_events)
+    events, slots, failed = _match(index.matcher, flat_events)
     t2 = time.perf_counter()
     for i, exc in failed.items():
         reject(record_error(exc), *positions[i])
-    notifications = notification_records(settings.notifications_topic, events, ids,
+    notifications = notification_records(settings.notifications_topic, events, slots,
                                          index.heads, tails)  # fmt: skip
     cpu = time.thread_time() - cpu0
     t3 = time.perf_counter()
     metrics.events += n if primary else 0
-    metrics.notifications += len(ids)
+    metrics.notifications += len(slots)
     metrics.parse_s += t1 - t0
     metrics.match_s += t2 - t1
     metrics.encode_s += t3 - t2
@@ -500,53 +511,54 @@ def match_rows(
 
 
 def notification_records(
-    topic: str, events: np.ndarray, ids: list[Hashable], heads: dict[str, bytes],
+    topic: str, events: np.ndarray, slots: np.ndarray, heads: NotificationHeads,
     tails: list[bytes],
 ) -> pa.RecordBatch:
-    """The notification records of matches ``(events[i], ids[i])``: key the subscription
-    id (a string, as every id of the service), value its head and the event's tail
-    (:mod:`streaming.records`), joined by Arrow.
+    """The notification records of matches ``(events[i], slots[i])``: key the
+    subscription's id, value its head and the event's tail (:mod:`streaming.records`).
 
-    Cost O(matches) in C loops: one dictionary lookup of each match's head, then Arrow
-    kernels (no Python string work per match).
+    Cost O(matches) in Arrow kernels, nothing per match in Python: ``take`` of the keys
+    and heads by slot and of the tails by event, then one join.
     """
+    keys, head_column = heads.columns()
+    taken = pa.array(slots, pa.int64())
     values = pc.binary_join_element_wise(
-        pa.array(list(map(heads.__getitem__, ids)), pa.binary()),
+        head_column.take(taken).cast(pa.binary()),
         pa.array(tails, pa.binary()).take(pa.array(events, pa.int64())),
         b"",
     )
     return pa.RecordBatch.from_arrays(
-        [pa.array([topic] * len(ids), pa.string()), pa.array(ids, pa.string()).cast(pa.binary()),
-         values],
+        [pa.array([topic], pa.string()).take(pa.array(np.zeros(len(slots), np.int32))),
+         keys.take(taken).cast(pa.binary()), values],
         schema=OUTPUT_SCHEMA,
     )  # fmt: skip
 
 
 def _match(
     matcher: Matcher, flat_events: list[FlatEvent]
-) -> tuple[np.ndarray, list[Hashable], dict[int, Exception]]:
-    """The matches of a batch, as :meth:`index.Matcher.match_flat_pairs` gives them, and
+) -> tuple[np.ndarray, np.ndarray, dict[int, Exception]]:
+    """The matches of a batch, as :meth:`index.Matcher.match_flat_slots` gives them, and
     the events the matcher raised on (by index). Should it raise on the batch (a bug, or
     an event it cannot handle), each event is matched alone, so only the events that
     raise are rejected."""
     try:
-        events, ids = matcher.match_flat_pairs(flat_events)
-        return events, ids, {}
+        events, slots = matcher.match_flat_slots(flat_events)
+        return events, slots, {}
     except Exception:  # the per-record barrier: find the culprits
         log.exception("matching a batch of %d events failed; matching them one by one",
                       len(flat_events))  # fmt: skip
-    rows: list[int] = []
-    ids: list[Hashable] = []
+    rows: list[np.ndarray] = [np.empty(0, dtype=np.int64)]
+    matched: list[np.ndarray] = [np.empty(0, dtype=np.int64)]
     failed: dict[int, Exception] = {}
     for i, flat in enumerate(flat_events):
         try:
-            _, matched = matcher.match_flat_pairs([flat])
+            _, slots = matcher.match_flat_slots([flat])
         except Exception as exc:
             failed[i] = exc
             continue
-        rows += [i] * len(matched)
-        ids += matched
-    return np.array(rows, dtype=np.int64), ids, failed
+        rows.append(np.full(len(slots), i, dtype=np.int64))
+        matched.append(slots)
+    return np.concatenate(rows), np.concatenate(matched), failed
 
 
 def match_batches(

@@ -142,14 +142,14 @@ def test_the_job_survives_losing_its_executor(
     assert app["state"] == "RUNNING"
 
 
-def read_snapshot(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The header and notification heads of a snapshot file, read as it is: not with
-    ``load_snapshot``, which also refuses a snapshot once the index package's source on
-    disk differs from the one the workers pickled with (the tree may change during a
+def read_snapshot(path: Path) -> tuple[dict[str, Any], set[str]]:
+    """The header of a snapshot file and the ids its matcher holds, read as it is: not
+    with ``load_snapshot``, which also refuses a snapshot once the index package's source
+    on disk differs from the one the workers pickled with (the tree may change during a
     run)."""
     header, _, payload = path.read_bytes().partition(b"\n")
-    _, heads = pickle.loads(payload)
-    return json.loads(header), heads
+    matcher, _ = pickle.loads(payload)
+    return json.loads(header), set(matcher)
 
 
 SHARD_LINE = re.compile(r"2 of 2 shards matched \(subscriptions per shard 0: (\d+), 1: (\d+); "
@@ -203,9 +203,9 @@ def test_two_shards_on_two_workers_notify_what_one_shard_does(
         folder = snapshot_dir(two.checkpoint_location)
         assert folder is not None
         for s in range(2):
-            header, heads = read_snapshot(snapshot_path(folder, two.redis_prefix, two.matcher,
-                                                        Shard(s, 2)))  # fmt: skip
-            assert (header["shard"], header["shards"]) == (s, 2) and set(heads) == halves[s]
+            header, ids = read_snapshot(snapshot_path(folder, two.redis_prefix, two.matcher,
+                                                      Shard(s, 2)))  # fmt: skip
+            assert (header["shard"], header["shards"]) == (s, 2) and ids == halves[s]
         job.stop()
 
         one = two.replace(shards=1, redis_prefix=two.redis_prefix + "one:",

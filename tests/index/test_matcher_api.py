@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import pickle
 
+import numpy as np
 import pytest
 
 from index import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
@@ -93,6 +94,26 @@ def test_match_flat_pairs_lists_each_match_once_by_event(matcher):
     assert events.tolist() == sorted(events.tolist())
     events, ids = matcher.match_flat_pairs([])
     assert (len(events), ids) == (0, [])
+
+
+def test_match_flat_slots_names_each_match_by_the_slot_of_its_id(matcher):
+    matcher.add_many([("a", "x = 1"), ("b", "x >= 1"), ("c", "x = 2")])
+    matcher.remove("a")
+    matcher.add("d", "x < 3")  # may take the freed slot of "a"
+    matcher.check()
+    assert sorted(matcher) == ["b", "c", "d"]
+    slots = {sub_id: matcher.slot_of(sub_id) for sub_id in matcher}
+    assert len(set(slots.values())) == 3
+    flat = [flatten_event(event) for event in ({"x": 1}, {"x": 2}, {"x": 9})]
+    events, matched = matcher.match_flat_slots(flat)
+    assert matched.dtype == np.int64 and events.tolist() == sorted(events.tolist())
+    by_slot = {slot: sub_id for sub_id, slot in slots.items()}
+    assert sorted(zip(events.tolist(), map(by_slot.get, matched.tolist()), strict=True)) == [
+        (0, "b"), (0, "d"), (1, "b"), (1, "c"), (1, "d"), (2, "b")]
+    with pytest.raises(KeyError):
+        matcher.slot_of("a")
+    events, matched = matcher.match_flat_slots([])
+    assert len(events) == len(matched) == 0
 
 
 def test_add_many_pauses_the_cyclic_collector_and_restores_it(matcher):

@@ -392,10 +392,10 @@ class ExplodingMatcher:
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self.inner
 
-    def match_flat_pairs(self, flat_events: list[dict[str, Any]]) -> tuple[Any, list[Any]]:
+    def match_flat_slots(self, flat_events: list[dict[str, Any]]) -> tuple[Any, Any]:
         if any("boom" in e for e in flat_events):
             raise ZeroDivisionError("division by zero")
-        return self.inner.match_flat_pairs(flat_events)
+        return self.inner.match_flat_slots(flat_events)
 
 
 def test_an_event_the_matcher_fails_on_is_rejected_and_the_others_are_matched() -> None:
@@ -418,7 +418,8 @@ def test_a_bad_stored_subscription_is_left_out_of_the_worker_index() -> None:
     index = indexed(s1="a = 1")
     index.put("s1", '{"expr": "a <", "subscriber": "x", "extra": {}}')
     index.put("s2", "[1]")
-    assert "s1" not in index.matcher and "s1" not in index.heads and len(index.matcher) == 0
+    index.check()
+    assert "s1" not in index.matcher and len(index.matcher) == 0 and index.heads.get(0) is None
 
 
 def test_task_metrics_merge_sums_counts_and_keeps_the_largest_index() -> None:

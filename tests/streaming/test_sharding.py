@@ -100,11 +100,8 @@ def check_shards(indexes: list[worker.WorkerIndex], exprs: dict[str, str]) -> No
     """Each index holds exactly its shard's subscriptions (check() holds), the shards
     partition them all, and the union of their matches is the matches of all."""
     for i, index in enumerate(indexes):
-        index.matcher.check()
-        mine = {sid for sid in exprs if shard_of(sid, SHARDS) == i}
-        assert set(index.heads) == mine and len(index.matcher) == len(mine)
-        assert all(sid in index.matcher for sid in mine)
-    assert sum(len(index.heads) for index in indexes) == len(exprs)
+        index.check()
+        assert set(index.matcher) == {sid for sid in exprs if shard_of(sid, SHARDS) == i}
     scan = make_matcher("scan")
     scan.add_many(exprs.items())
     union: list[set[object]] = [set() for _ in EVENTS]
@@ -123,7 +120,7 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
     indexes = [worker.sync_index(settings, 150, s) for s in range(SHARDS)]
     assert all(index.reloads == 1 and index.replayed == 0 for index in indexes)
-    assert all(0 < len(index.heads) < len(exprs) for index in indexes)
+    assert all(0 < len(index.matcher) < len(exprs) for index in indexes)
     check_shards(indexes, exprs)
     # one process may hold several shards: one index each
     assert len(worker._CACHE) == SHARDS
@@ -147,7 +144,7 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
         snap = load_snapshot(settings.snapshot_dir or "", settings.redis_prefix, "psthash",
                              Shard(s, SHARDS))  # fmt: skip
         assert snap.version == 150
-        assert set(snap.heads) == {sid for sid in snap.heads if shard_of(sid, SHARDS) == s}
+        assert {shard_of(sid, SHARDS) for sid in snap.matcher} == {s}
     worker._CACHE.clear()  # a new worker process
     started = [worker.sync_index(settings, 180, s) for s in range(SHARDS)]
     assert all(index.replayed == 30 for index in started)
@@ -180,7 +177,8 @@ def test_a_snapshot_of_another_shard_or_shard_count_is_ignored(
     with pytest.raises(SnapshotError, match="holds shard 0 of 3, not shard 0 of 1"):
         load_snapshot(folder, prefix, "psthash")
     whole = worker.sync_index(dataclasses.replace(settings, shards=1), 60)
-    assert set(whole.heads) == set(exprs)
+    whole.check()
+    assert set(whole.matcher) == set(exprs)
     # the cached indexes of 3 shards went with the change of shard count
     assert [key[3:] for key in worker._CACHE] == [(1, 0)]
 

@@ -18,6 +18,7 @@ from connectors.local import LocalServices
 from connectors.state import SourceChange, StateStore
 from index import make_matcher
 from streaming import worker
+from streaming.heads import NotificationHeads
 from streaming.job import snapshot_dir
 from streaming.snapshots import SnapshotError, load_snapshot, save_snapshot, snapshot_path
 from streaming.worker import WorkerSettings
@@ -37,11 +38,11 @@ def state(
 
 
 def check(index: worker.WorkerIndex, exprs: dict[str, str]) -> None:
-    index.matcher.check()
+    index.check()
     scan = make_matcher("scan")
     scan.add_many(exprs.items())
     assert index.matcher.match_batch(EVENTS) == scan.match_batch(EVENTS)
-    assert set(index.heads) == set(exprs)
+    assert set(index.matcher) == set(exprs)
 
 
 def start_worker(settings: WorkerSettings, version: int) -> worker.WorkerIndex:
@@ -181,7 +182,9 @@ def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path
     matcher = make_matcher("psthash")
     matcher.add_many((f"s{i}", f"a = {i} and b < {i % 50} and c = 'x{i % 97}'")
                      for i in range(30_000))  # fmt: skip
-    heads = {f"s{i}": b"h" * 40 for i in range(30_000)}
+    heads = NotificationHeads()
+    for i in range(30_000):
+        heads.put(matcher.slot_of(f"s{i}"), f"s{i}".encode(), b"h" * 40)
     tracemalloc.start()
     try:
         before, _ = tracemalloc.get_traced_memory()
@@ -197,7 +200,8 @@ def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path
     # beyond what they keep: a copy of the file (the pickle, the bytes read) is > 1x
     assert save_peak - before < 0.5 * size
     assert load_peak - held < 0.5 * size
-    assert snap.version == 7 and len(snap.matcher) == 30_000 and snap.heads == heads
+    assert snap.version == 7 and len(snap.matcher) == 30_000
+    assert snap.heads.columns() == heads.columns()
     assert snap.matcher.match({"a": 5, "b": 0, "c": "x5"}) == {"s5"}
 
 
@@ -207,7 +211,7 @@ def test_a_long_prefix_is_named_by_its_digest(tmp_path: Path) -> None:
     matcher = make_matcher("psthash")
     matcher.add("s1", "a = 1")
     prefix = "p" * 10_000 + ":"
-    save_snapshot(tmp_path, prefix, 3, matcher, {"s1": b"h"}, "digest")
+    save_snapshot(tmp_path, prefix, 3, matcher, NotificationHeads(), "digest")
     snap = load_snapshot(tmp_path, prefix, "psthash")
     assert snap.version == 3 and snap.matcher.match({"a": 1}) == {"s1"}
     shutil.copy(snapshot_path(tmp_path, prefix, "psthash"),

@@ -125,7 +125,8 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     calls = Calls(monkeypatch, settings.matcher)
     index = worker.sync_index(settings, 40)
     assert (calls.add, calls.add_many) == (0, 1)
-    assert len(index.matcher) == 40 and set(index.heads) == set(exprs)
+    index.check()
+    assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
 
     # catch-up: replace, delete, put-delete-put one id, a bad replacement of a good one
@@ -138,7 +139,8 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     same = worker.sync_index(settings, 46)
     assert same is index and index.version == 46 and index.reloads == 1
     assert (calls.add, calls.add_many) == (0, 2)
-    assert set(index.heads) == set(exprs) and len(index.matcher) == len(exprs)
+    index.check()
+    assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
 
 
@@ -156,7 +158,8 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
                + [("s3", dumps_record("a = 1", "who", {}))])  # fmt: skip
     exprs["s3"] = "a = 1"
     assert calls.add_many == 6  # 41 records in chunks of 7
-    assert set(index.heads) == set(exprs) and len(index.matcher) == len(exprs)
+    index.check()
+    assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
 
 
@@ -198,7 +201,8 @@ def test_a_reload_ends_at_the_state_that_the_log_reaches_whatever_changed_while_
     index = worker.sync_index(settings, 35)
     exprs |= {"s0": "a = 5", "late": "b = 'x'", "s1": "a < 2"}
     del exprs["s29"]
-    assert index.version == 35 and set(index.heads) == set(exprs)
+    index.check()
+    assert index.version == 35 and set(index.matcher) == set(exprs)
     assert len(index.matcher) == len(exprs)
     assert matches(index) == expected(exprs)
     read_again = "changed too much while it was read" in caplog.text
@@ -227,7 +231,8 @@ def test_when_add_many_raises_the_culprit_is_found_and_left_out(
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())]
                 + [put(10, "boom", "boom = 1")])  # fmt: skip
     index = worker.sync_index(settings, 11)
-    assert set(index.heads) == set(exprs) and "boom" not in index.matcher
+    index.check()
+    assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
     assert "indexing the stored subscriptions of version 11 in bulk failed" in caplog.text
 
@@ -236,6 +241,7 @@ def test_when_add_many_raises_the_culprit_is_found_and_left_out(
     exprs["s0"] = "b = 'y'"
     again = worker.sync_index(settings, 13)
     assert again is not index and again.reloads == 2 and again.version == 13
-    assert set(again.heads) == set(exprs)
+    again.check()
+    assert set(again.matcher) == set(exprs)
     assert matches(again) == expected(exprs)
     assert "replaying 2 changes in bulk failed" in caplog.text
