@@ -395,7 +395,7 @@ def _bd_rows(bd: dict[str, float]) -> str:
                           "when job 1 did not run)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
-        ("worker_match_s", "  in workers: match (match_flat_pairs)"),
+        ("worker_match_s", "  in workers: match (match_flat_slots)"),
         ("worker_encode_s", "  in workers: build notification records"),
         ("worker_cpu_s", "  in workers: CPU time of the three steps above (the rest: waiting)"),
         ("total_s", "whole batch (wall)"),

@@ -47,16 +47,20 @@ class NotificationHeads:
         return keys[slot].as_py(), heads[slot].as_py()
 
     def columns(self) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
-        """The keys and heads, indexed by slot (null where a slot holds none).
-
-        Cost: none if nothing was written since the last call; else O(slots + writes)
-        in Arrow kernels, and as much memory again as the columns for the copy.
-        """
-        if self._pending:
-            self._merge()
+        """The keys and heads, indexed by slot (null where a slot holds none), the
+        writes held merged first (:meth:`merge`)."""
+        self.merge()
         return self._keys, self._heads
 
-    def _merge(self) -> None:
+    def merge(self) -> None:
+        """Merge the writes held since the last merge into the columns, so that they
+        stop holding a Python object each: a bulk load calls it once per chunk.
+
+        Cost: none without writes; else O(slots + writes) in Arrow kernels, and as much
+        memory again as the columns for the copy.
+        """
+        if not self._pending:
+            return
         pending, self._pending = self._pending, {}
         slots = np.fromiter(pending, np.int64, len(pending))
         order = np.argsort(slots)

@@ -193,8 +193,9 @@ class WorkerIndex:
         subscriptions are decoded one by one inside the per-record barrier (see
         :meth:`_decode`). Raises whatever ``add_many`` raised, as :meth:`apply` does.
 
-        Memory: one chunk's bulk batch and the notification heads, not the input (a
-        full reload streams it from Redis, :meth:`connectors.state.StateStore.scan`).
+        Memory: one chunk's bulk batch and Python objects for its heads (merged into
+        the heads' columns after each chunk), not the input (a full reload streams it
+        from Redis, :meth:`connectors.state.StateStore.scan`).
         """
         holds = self.shard.holds
         left_out: list[str] = []
@@ -205,6 +206,7 @@ class WorkerIndex:
             self.matcher.add_many(self._decode(chunk, heads, left_out))
             for sub_id, head in heads.items():  # an id given twice: its last slot and head
                 self.heads.put(self.matcher.slot_of(sub_id), sub_id.encode(), head)
+            self.heads.merge()
         for sub_id in left_out:
             self.delete(sub_id)
 

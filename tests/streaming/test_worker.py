@@ -20,6 +20,7 @@ from connectors.state import SourceChange, StateError, StateStore
 from index import Matcher, make_matcher
 from index.scan import ScanMatcher
 from streaming import worker
+from streaming.heads import NotificationHeads
 from streaming.job import BatchReport
 from streaming.records import RecordError, dumps_record
 from streaming.worker import SAMPLE_CHARS, TaskMetrics, WorkerSettings, match_batches
@@ -147,10 +148,19 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
 def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A reload files the subscriptions one ``add_many`` of LOAD_CHUNK at a time (so a
-    bulk build's working memory is a chunk's); HSCAN may give a key twice, in other
-    chunks: the last text read stands."""
+    """A reload files the subscriptions one ``add_many`` of LOAD_CHUNK at a time, and
+    merges each chunk's notification heads into their columns (so a bulk build's working
+    memory is a chunk's); HSCAN may give a key twice, in other chunks: the last text read
+    stands."""
     monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
+    merged: list[int] = []
+    merge = NotificationHeads.merge
+
+    def counted(self: NotificationHeads) -> None:
+        merged.append(len(self._pending))
+        merge(self)
+
+    monkeypatch.setattr(NotificationHeads, "merge", counted)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
     calls = Calls(monkeypatch, "psthash")
     index = worker.WorkerIndex(make_matcher("psthash"))
@@ -158,6 +168,7 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
                + [("s3", dumps_record("a = 1", "who", {}))])  # fmt: skip
     exprs["s3"] = "a = 1"
     assert calls.add_many == 6  # 41 records in chunks of 7
+    assert merged == [7, 7, 7, 7, 7, 6]
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
