@@ -508,32 +508,34 @@ def match_rows(
     metrics.encode_s += t3 - t2
     metrics.cpu_s += cpu
     return pa.Table.from_batches(
-        [notifications, pa.RecordBatch.from_pydict(rejects, schema=OUTPUT_SCHEMA)]
+        [*notifications, pa.RecordBatch.from_pydict(rejects, schema=OUTPUT_SCHEMA)]
     )
 
 
 def notification_records(
     topic: str, events: np.ndarray, slots: np.ndarray, heads: NotificationHeads,
     tails: list[bytes],
-) -> pa.RecordBatch:
+) -> list[pa.RecordBatch]:
     """The notification records of matches ``(events[i], slots[i])``: key the
-    subscription's id, value its head and the event's tail (:mod:`streaming.records`).
+    subscription's id, value its head and the event's tail (:mod:`streaming.records`),
+    in record batches of :data:`OUTPUT_SCHEMA` (one but for enormous batches: see
+    :meth:`NotificationHeads.join`).
 
-    Cost O(matches) in Arrow kernels, nothing per match in Python: ``take`` of the keys
-    and heads by slot and of the tails by event, then one join.
+    Cost O(matches), nothing per match in Python: an Arrow ``take`` of the keys by slot,
+    and the values joined by :meth:`NotificationHeads.join`.
     """
-    keys, head_column = heads.columns()
-    taken = pa.array(slots, pa.int64())
-    values = pc.binary_join_element_wise(
-        head_column.take(taken).cast(pa.binary()),
-        pa.array(tails, pa.binary()).take(pa.array(events, pa.int64())),
-        b"",
-    )
-    return pa.RecordBatch.from_arrays(
-        [pa.array([topic], pa.string()).take(pa.array(np.zeros(len(slots), np.int32))),
-         keys.take(taken).cast(pa.binary()), values],
-        schema=OUTPUT_SCHEMA,
-    )  # fmt: skip
+    keys = heads.columns()[0].take(pa.array(slots, pa.int64())).cast(pa.binary())
+    batches = []
+    start = 0
+    for values in heads.join(slots, tails, events):
+        n = len(values)
+        batches.append(pa.RecordBatch.from_arrays(
+            [pa.array([topic], pa.string()).take(pa.array(np.zeros(n, np.int32))),
+             keys.slice(start, n), values],
+            schema=OUTPUT_SCHEMA,
+        ))  # fmt: skip
+        start += n
+    return batches
 
 
 def _match(

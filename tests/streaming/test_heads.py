@@ -5,8 +5,11 @@ from __future__ import annotations
 import pickle
 import random
 
+import numpy as np
 import pyarrow as pa
+import pytest
 
+from streaming import heads as heads_module
 from streaming.heads import NotificationHeads
 
 
@@ -50,3 +53,44 @@ def test_random_writes_agree_with_a_dictionary_and_survive_a_pickle() -> None:
         if round_ % 5 == 4:
             heads = pickle.loads(pickle.dumps(heads))  # writes not yet merged included
         assert {s: heads.get(s) for s in range(500) if heads.get(s)} == expected
+
+
+def expected_values(heads: NotificationHeads, slots: list[int], tails: list[bytes],
+                    events: list[int]) -> list[bytes]:  # fmt: skip
+    values = []
+    for slot, event in zip(slots, events, strict=True):
+        stored = heads.get(slot)
+        assert stored is not None
+        values.append(stored[1] + tails[event])
+    return values
+
+
+def test_join_puts_each_matchs_head_before_its_events_tail() -> None:
+    rng = random.Random(8)
+    heads = NotificationHeads()
+    for slot in range(300):
+        heads.put(slot, b"s%d" % slot, b"{head %d," % slot * rng.randrange(1, 4))
+    heads.clear(7)  # a free slot: never matched
+    tails = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))) for _ in range(50)]
+    events = sorted(rng.randrange(50) for _ in range(2000))
+    slots = [rng.choice([s for s in range(300) if s != 7]) for _ in events]
+    (column,) = heads.join(np.array(slots), tails, np.array(events))
+    assert column.type == pa.binary()
+    assert column.to_pylist() == expected_values(heads, slots, tails, events)
+    (empty,) = heads.join(np.array([], np.int64), tails, np.array([], np.int64))
+    assert len(empty) == 0
+
+
+def test_join_splits_values_past_the_binary_columns_limit(monkeypatch: pytest.MonkeyPatch,
+                                                           ) -> None:  # fmt: skip
+    monkeypatch.setattr(heads_module, "MAX_VALUE_BYTES", 25)
+    heads = NotificationHeads()
+    for slot in range(4):
+        heads.put(slot, b"s%d" % slot, b"head-%d|" % slot)  # 7 bytes
+    tails = [b"tail", b"longer tail"]  # 4 and 11 bytes
+    slots, events = [0, 1, 2, 3, 0, 1, 2, 3], [0, 0, 0, 0, 1, 1, 1, 1]
+    columns = heads.join(np.array(slots), tails, np.array(events))
+    assert [len(c) for c in columns] == [2, 2, 1, 1, 1, 1]
+    assert all(sum(map(len, c.to_pylist())) <= 25 for c in columns)
+    joined = [v for c in columns for v in c.to_pylist()]
+    assert joined == expected_values(heads, slots, tails, events)
