@@ -18,8 +18,10 @@ the Spark job in this process and measures:
    (:func:`streaming.records.parse_event`), one output record per event -> Kafka; psmatch's
    events/s are reported as a ratio of its events/s;
 4. *where a batch's time goes*: Kafka read + subscription validation, Redis, match +
-   write, and inside the workers catch-up, JSON parsing, matching and encoding; and the
-   workers' peak resident memory.
+   write, and inside the workers catch-up, JSON parsing, matching and encoding; the
+   workers' peak resident memory; and the CPU time each kind of process (Python
+   workers, Spark's JVM, the broker, Redis, this benchmark) used while the backlog
+   drained, in psmatch's phase and in the ceiling's.
 
 ``--plot-dir docs`` records the run in ``docs/bench-streaming-runs.json`` and draws, from
 every recorded run, throughput against subscriptions (beside the ceiling) and the
@@ -200,6 +202,7 @@ def main() -> int:
         time.sleep(2 * args.trigger)
         first = len(reports)
         base = sum(r.events for r in reports)
+        cpu0 = cpu_by_process()
         t0 = time.monotonic()
         for i in range(args.backlog):
             producer.send(config.events_topic, events[i % len(events)], key=f"t{i}", raw=True)
@@ -209,6 +212,7 @@ def main() -> int:
              lambda: f"backlog: {sum(r.events for r in reports) - base:,} of "
              f"{args.backlog:,} events matched")  # fmt: skip
         drain_s = time.monotonic() - t0
+        cpu = cpu_since(cpu0)
         time.sleep(3)
         tp = reports[first:]
         produced = sum(r.notifications for r in tp)
@@ -220,6 +224,7 @@ def main() -> int:
             "notifications": produced,
             "notifications_per_s": produced / drain_s,
             "breakdown": breakdown(tp),
+            "cpu_s": cpu,
         }
         log.info("throughput: %s", results["throughput"])
 
@@ -297,6 +302,45 @@ def main() -> int:
 PROGRESS_EVERY_S = 10.0
 
 
+PROCESS_KINDS = (
+    ("Python workers", ("pyspark.daemon", "pyspark/daemon.py")),
+    ("Spark JVM (driver and executors)", ("org.apache.spark.deploy.SparkSubmit",)),
+    ("Kafka broker", ("kafka.Kafka", "KafkaRaftServer")),
+    ("Redis", ("redis-server",)),
+)
+"""Each kind of process the CPU table names, and what its command line holds."""
+
+
+def cpu_by_process() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by every process of this machine, summed
+    by kind (:data:`PROCESS_KINDS`; this process is the benchmark: its producer, its
+    latency consumer and the query's driver-side Python). The difference of two calls is
+    what each kind used in between (Linux ``/proc``)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace")  # fmt: skip
+        except OSError:  # the process ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        if int(pid) == os.getpid():
+            kind = "this benchmark (producer, driver-side Python)"
+        else:
+            kind = next((name for name, marks in PROCESS_KINDS
+                         if any(mark in cmdline for mark in marks)), "other processes")  # fmt: skip
+        used[kind] = used.get(kind, 0.0) + seconds
+    return used
+
+
+def cpu_since(before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds used by each kind of process since ``before`` (:func:`cpu_by_process`)."""
+    return {kind: s - before.get(kind, 0.0) for kind, s in cpu_by_process().items()}
+
+
 def wait(predicate: Any, timeout: float, query: Any, progress: Any = None) -> None:
     """Wait until ``predicate()``; every :data:`PROGRESS_EVERY_S` seconds, log
     ``progress()`` (a line saying how far the phase is)."""
@@ -366,6 +410,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
         wait(lambda: read() >= n_warm, 900, query)
         time.sleep(2 * config.trigger_seconds)
         base = read()
+        cpu0 = cpu_by_process()
         t0 = time.monotonic()
         for i in range(backlog):
             producer.send(source, events[i % len(events)], key=f"t{i}", raw=True)
@@ -373,9 +418,11 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
         wait(lambda: read() - base >= backlog, 1800, query,
              lambda: f"ceiling: {read() - base:,} of {backlog:,} events")  # fmt: skip
         drain_s = time.monotonic() - t0
+        cpu = cpu_since(cpu0)
     finally:
         stop_query(query)
-    return {"events": backlog, "drain_s": drain_s, "events_per_s": backlog / drain_s}
+    return {"events": backlog, "drain_s": drain_s, "events_per_s": backlog / drain_s,
+            "cpu_s": cpu}  # fmt: skip
 
 
 def _bd_rows(bd: dict[str, float]) -> str:
@@ -393,6 +440,25 @@ def _bd_rows(bd: dict[str, float]) -> str:
         ("total_s", "whole batch (wall)"),
     ]
     return "\n".join(f"| {label} | {bd[k]:.3f} |" for k, label in names)
+
+
+def _cpu_rows(r: dict[str, Any]) -> str:
+    """The CPU table's rows: each kind of process, in psmatch's backlog phase and in the
+    ceiling's, then both totals."""
+    psmatch, ceiling = r["throughput"]["cpu_s"], r["ceiling"]["cpu_s"]
+    kinds = sorted(set(psmatch) | set(ceiling), key=lambda k: -psmatch.get(k, 0.0))
+    rows = [f"| {k} | {psmatch.get(k, 0.0):.2f} | {ceiling.get(k, 0.0):.2f} |" for k in kinds]
+    rows.append(f"| all | {sum(psmatch.values()):.2f} | {sum(ceiling.values()):.2f} |")
+    return "\n".join(rows)
+
+
+CPU_TABLE = """CPU seconds each kind of process used while the backlog drained (from the first event
+published to the last one read; `/proc`, all processes of the machine):
+
+| process | psmatch | ceiling |
+| --- | --- | --- |
+{rows}
+"""
 
 
 def render_table(r: dict[str, Any], command: str) -> str:
@@ -444,7 +510,8 @@ Where a psmatch batch's time goes (mean per batch with events; backlog phase:
 | step (backlog phase) | seconds |
 | --- | --- |
 {_bd_rows(tp["breakdown"])}
-"""
+
+{CPU_TABLE.format(rows=_cpu_rows(r))}"""
 
 
 def record_run(directory: Path, r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -549,7 +616,8 @@ latency phase:
 | step (latency phase) | seconds |
 | --- | --- |
 {_bd_rows(lat["breakdown"])}
-"""
+
+{CPU_TABLE.format(rows=_cpu_rows(r))}"""
 
 
 if __name__ == "__main__":
