@@ -94,3 +94,9 @@ def test_join_splits_values_past_the_binary_columns_limit(monkeypatch: pytest.Mo
     assert all(sum(map(len, c.to_pylist())) <= 25 for c in columns)
     joined = [v for c in columns for v in c.to_pylist()]
     assert joined == expected_values(heads, slots, tails, events)
+
+
+def test_an_empty_store_joins_no_matches_into_one_empty_column() -> None:
+    none = np.empty(0, dtype=np.int64)
+    (column,) = NotificationHeads().join(none, [b"tail"], none)
+    assert column.type == pa.binary() and len(column) == 0
