@@ -383,7 +383,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     published, and the clock stops when the query has read all of it."""
     from pyspark.sql import functions as F
 
-    from connectors.kafka import SINK_PRODUCER_OPTIONS, ensure_topics, spark_kafka_options
+    from connectors.kafka import ensure_topics, sink_producer_options, spark_kafka_options
 
     source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
     ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},
@@ -394,7 +394,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
         .option("startingOffsets", "earliest").load()
         .select("key", "value", F.lit(sink).alias("topic"))
         .mapInArrow(decode_only, "topic STRING, key BINARY, value BINARY")
-        .writeStream.format("kafka").options(**opts).options(**SINK_PRODUCER_OPTIONS)
+        .writeStream.format("kafka").options(**opts).options(**sink_producer_options(config.sink_compression))
         .option("checkpointLocation", str(work / "checkpoint-ceiling"))
         .trigger(processingTime=f"{config.trigger_seconds} seconds").start()
     )  # fmt: skip

@@ -112,14 +112,27 @@ def spark_kafka_options(bootstrap_servers: str, security: KafkaSecurity) -> dict
     return {f"kafka.{key}": value for key, value in conf.items()}
 
 
-SINK_PRODUCER_OPTIONS = {"kafka.batch.size": str(1 << 20), "kafka.linger.ms": "20"}
-"""Producer settings of Spark's Kafka sinks (``df.write.format("kafka")``), beside
-:func:`spark_kafka_options`. A batch of events makes about as many notification records
-as it has matches, several per event. In batches of up to 1 MiB (the producer's default
-is 16 KiB) the broker and the sink's producer handle them with much less CPU than in
-many small ones, CPU the Python workers need (docs/bench-streaming.md measures the
-difference). Uncompressed, so that any Kafka client reads them without a codec library
-(kafka-python, for one, needs a package of its own for lz4)."""
+SINK_COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
+"""The codecs Kafka producers offer (``compression.type``)."""
+
+
+def sink_producer_options(compression: str) -> dict[str, str]:
+    """Producer settings of Spark's Kafka sinks (``df.write.format("kafka")``), beside
+    :func:`spark_kafka_options`: batches of up to 1 MiB, compressed with ``compression``
+    (one of :data:`SINK_COMPRESSION_TYPES`).
+
+    A batch of events makes about as many notification records as it has matches,
+    several per event, each carrying its event. In batches of up to 1 MiB (the
+    producer's default is 16 KiB) the broker and the sink's producer handle them with
+    much less CPU than in many small ones, CPU the Python workers need; compressed, a
+    batch that repeats each event in many notifications shrinks on the wire and on the
+    broker's disk, and the broker, which shares the machine in the benchmark, spends
+    less CPU storing it (docs/bench-streaming.md measures both). Consumers need the
+    codec: Java clients and librdkafka have them all, kafka-python needs the ``lz4``
+    package for lz4.
+    """
+    return {"kafka.batch.size": str(1 << 20), "kafka.linger.ms": "20",
+            "kafka.compression.type": compression}  # fmt: skip
 
 
 class _ClientErrors:

@@ -58,6 +58,11 @@ class ServiceConfig:
     topic_partitions: int = field(
         default=2, metadata={"help": "partitions of the topics the service creates"}
     )
+    sink_compression: str = field(
+        default="lz4",
+        metadata={"help": "compression of the notification and rejected records: none, "
+                          "gzip, snappy, lz4 or zstd (consumers need the codec)"},
+    )
     redis_url: str = field(
         default="redis://127.0.0.1:6379/0", metadata={"help": "Redis holding subscription state"}
     )
@@ -191,6 +196,11 @@ class ServiceConfig:
             raise ConfigError(f"metrics_port must be 0 (off) or a port, got {self.metrics_port}")
         if self.max_offsets_per_trigger < 0:
             raise ConfigError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
+        from connectors.kafka import SINK_COMPRESSION_TYPES
+
+        if self.sink_compression not in SINK_COMPRESSION_TYPES:
+            raise ConfigError(f"sink_compression must be one of {SINK_COMPRESSION_TYPES}, got "
+                              f"{self.sink_compression!r}")  # fmt: skip
         if self.starting_offsets not in ("earliest", "latest"):
             raise ConfigError(
                 f"starting_offsets must be 'earliest' or 'latest', got {self.starting_offsets!r}"

@@ -41,9 +41,9 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from connectors.kafka import (
-    SINK_PRODUCER_OPTIONS,
     ensure_topics,
     service_topics,
+    sink_producer_options,
     spark_kafka_options,
 )
 from connectors.state import StateStore
@@ -350,7 +350,7 @@ class BatchProcessor:
             (
                 out.write.format("kafka")
                 .options(**spark_kafka_options(cfg.bootstrap_servers, cfg.kafka_security))
-                .options(**SINK_PRODUCER_OPTIONS)
+                .options(**sink_producer_options(cfg.sink_compression))
                 .save()
             )
             t3 = time.perf_counter()

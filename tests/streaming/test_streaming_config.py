@@ -16,6 +16,7 @@ def test_defaults_work_on_one_machine() -> None:
     assert cfg.subscriptions_topic == "psmatch.subscriptions"
     assert cfg.matcher == "psthash"
     assert cfg.trigger_seconds == 1.0
+    assert cfg.sink_compression == "lz4"
 
 
 def test_flags_win_over_environment_which_wins_over_defaults() -> None:
@@ -33,6 +34,7 @@ def test_flags_win_over_environment_which_wins_over_defaults() -> None:
         ({"PSMATCH_MATCHER": "magic"}, "unknown matcher"),
         ({"PSMATCH_EVENTS_TOPIC": "psmatch.subscriptions"}, "distinct"),
         ({"PSMATCH_STARTING_OFFSETS": "middle"}, "starting_offsets"),
+        ({"PSMATCH_SINK_COMPRESSION": "brotli"}, "sink_compression must be one of"),
         ({"PSMATCH_REDIS_URL": "localhost:6379"}, "redis://"),
         ({"PSMATCH_MAX_OFFSETS_PER_TRIGGER": "-1"}, "max_offsets_per_trigger"),
     ],
