@@ -202,31 +202,32 @@ class WorkerIndex:
         mine = ((sub_id, text) for sub_id, text in stored if holds(sub_id))
         for first in mine:
             chunk = chain([first], islice(mine, LOAD_CHUNK - 1))
-            heads: dict[str, bytes] = {}
+            heads: dict[str, tuple[bytes, bytes]] = {}
             self.matcher.add_many(self._decode(chunk, heads, left_out))
-            for sub_id, head in heads.items():  # an id given twice: its last slot and head
-                self.heads.put(self.matcher.slot_of(sub_id), sub_id.encode(), head)
+            for sub_id, (key, head) in heads.items():  # an id given twice: its last ones
+                self.heads.put(self.matcher.slot_of(sub_id), key, head)
             self.heads.merge()
         for sub_id in left_out:
             self.delete(sub_id)
 
     @staticmethod
     def _decode(
-        puts: Iterable[tuple[str, str]], heads: dict[str, bytes], left_out: list[str]
+        puts: Iterable[tuple[str, str]], heads: dict[str, tuple[bytes, bytes]],
+        left_out: list[str],
     ) -> Iterator[tuple[str, Subscription]]:
         """The parsed subscriptions of ``puts``, for ``add_many``; their notification
-        heads go to ``heads``. One that cannot be decoded (the driver validated it, so
+        keys and heads go to ``heads``. One that cannot be decoded (the driver validated it, so
         only a hand-edited Redis or a bug) is logged and its id put in ``left_out``, for
         the caller to remove any previous version: the index never holds a stale one."""
         for sub_id, stored in puts:
             try:  # the per-record barrier; no I/O inside
                 record = load_stored(stored)
-                head = notification_head(sub_id, record)
+                key_head = (sub_id.encode(), notification_head(sub_id, record))
             except Exception as exc:
                 left_out.append(sub_id)
                 log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
                 continue
-            heads[sub_id] = head
+            heads[sub_id] = key_head
             yield sub_id, record.subscription
 
     def put(self, sub_id: str, stored: str) -> None:
@@ -235,14 +236,14 @@ class WorkerIndex:
         that finds the culprit when a bulk :meth:`apply` raised."""
         try:
             record = load_stored(stored)
+            key, head = sub_id.encode(), notification_head(sub_id, record)
             # add_many files before it returns (add would stage): a culprit raises here
             self.matcher.add_many([(sub_id, record.subscription)])
         except Exception as exc:  # the per-record barrier; no I/O inside
             self.delete(sub_id)
             log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
             return
-        self.heads.put(self.matcher.slot_of(sub_id), sub_id.encode(),
-                       notification_head(sub_id, record))  # fmt: skip
+        self.heads.put(self.matcher.slot_of(sub_id), key, head)
 
     def delete(self, sub_id: str) -> None:
         if sub_id in self.matcher:

@@ -422,6 +422,17 @@ def test_a_bad_stored_subscription_is_left_out_of_the_worker_index() -> None:
     assert "s1" not in index.matcher and len(index.matcher) == 0 and index.heads.get(0) is None
 
 
+def test_a_stored_id_that_is_not_unicode_is_left_out_in_bulk_and_one_by_one() -> None:
+    """Redis holds what the driver validated, but a hand-edited store may hold an id no
+    notification key can be made of: it is left out, and the others are indexed."""
+    index = indexed(s1="a = 1")
+    stored = dumps_record("a = 2", "bob", {})
+    index.load([("\udcff", stored), ("s2", stored)])
+    index.put("\udc80", stored)
+    index.check()
+    assert set(index.matcher) == {"s1", "s2"}
+
+
 def test_task_metrics_merge_sums_counts_and_keeps_the_largest_index() -> None:
     a = TaskMetrics(tasks=1, events=3, lag=2, index_bytes=10, rejects={"too_deep": 1},
                     samples=["x"])  # fmt: skip
