@@ -1,0 +1,98 @@
+"""How much room notification records take in the broker's log, per sink codec.
+
+A script, not a test. Starts its own Kafka broker (``connectors.local``), generates
+BE-Gen events with ``python -m index.begen``, builds the notification records the
+service would write for them (``--per-event`` matches per event, heads of distinct
+subscriptions, :mod:`streaming.records`), produces the same records to one new topic per
+codec with the sink's batch size and linger (by librdkafka: the same codecs and batch
+settings as Spark's Java producer) and reports the bytes of each topic's log segments.
+
+Usage::
+
+    .venv/bin/python bench/bench_sink_compression.py [--events 2000] [--per-event 13] \\
+        [--codecs none,lz4,zstd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Producer  # noqa: E402
+
+from connectors.kafka import ensure_topics, sink_producer_options  # noqa: E402
+from connectors.local import release_shared_services, shared_services  # noqa: E402
+from streaming.records import (  # noqa: E402
+    dumps_record,
+    load_stored,
+    notification_head,
+    notification_tail,
+)
+
+
+def notification_records(events: list[bytes], per_event: int) -> list[tuple[bytes, bytes]]:
+    """``per_event`` notification records (key, value) of each event, each for a
+    subscription drawn from 100,000."""
+    rng = random.Random(1)
+    heads = [notification_head(f"s{i}", load_stored(dumps_record("a = 1", f"user-{i}", {})))
+             for i in range(100_000)]  # fmt: skip
+    records = []
+    for n, event in enumerate(events):
+        tail = notification_tail(f"ev-{n}", event, "2026-11-27T06:40:00.000Z", 1764225600000)
+        for _ in range(per_event):
+            i = rng.randrange(len(heads))
+            records.append((f"s{i}".encode(), heads[i] + tail))
+    return records
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=2000, help="BE-Gen events")
+    ap.add_argument("--per-event", type=int, default=13, help="notifications per event")
+    ap.add_argument("--codecs", default="none,lz4", help="codecs to compare, comma-separated")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="psmatch-bench-") as work:
+        subprocess.run([sys.executable, "-m", "index.begen", "--subscriptions", "1000",
+                        "--events", str(args.events), "--out", work, "--measure-subscriptions",
+                        "0", "--measure-events", "0"], check=True, cwd=ROOT,
+                       capture_output=True)  # fmt: skip
+        events = Path(work, "events.jsonl").read_bytes().splitlines()
+    records = notification_records(events, args.per_event)
+    size = sum(len(key) + len(value) for key, value in records)
+    print(f"{len(records):,} notification records of {len(events):,} events, {size:,} bytes "
+          "of keys and values")  # fmt: skip
+    services = shared_services()
+    try:
+        bootstrap = services.kafka.bootstrap_servers
+        for codec in args.codecs.split(","):
+            topic = f"bench-compression-{codec}-{uuid.uuid4().hex[:8]}"
+            ensure_topics(bootstrap, {topic: {}}, partitions=2)
+            options = {key.removeprefix("kafka."): value
+                       for key, value in sink_producer_options(codec).items()}  # fmt: skip
+            producer = Producer({"bootstrap.servers": bootstrap, **options,
+                                 "queue.buffering.max.messages": len(records)})  # fmt: skip
+            for key, value in records:
+                producer.produce(topic, value, key)
+            producer.flush(120)
+            time.sleep(2)  # the broker's appends reach the segment files
+            logged = sum(segment.stat().st_size
+                         for folder in services.kafka.data_dir.rglob(f"{topic}-*")
+                         for segment in folder.glob("*.log"))  # fmt: skip
+            print(f"{codec}: {logged:,} bytes in the broker's log ({logged / size:.1%} of the "
+                  "keys and values)")  # fmt: skip
+    finally:
+        release_shared_services()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
