@@ -1,6 +1,7 @@
 """The notification key and head of each subscription a worker indexes, stored by the
 matcher's slot in two Arrow columns, so that a batch's notification records are put
-together from the matcher's slots by Arrow ``take`` kernels: no Python object per match.
+together from the matcher's slots with no Python object per match: the keys by an Arrow
+``take``, the values by one compiled copy of each match's head and event tail.
 
 Owns that store, :class:`NotificationHeads`, and the assembly of notification values
 from it (:meth:`NotificationHeads.join`). The key is the subscription id's UTF-8 and the
@@ -8,10 +9,11 @@ head :func:`streaming.records.notification_head`; :mod:`streaming.worker` writes
 when it indexes a subscription, takes the keys by slot from :meth:`columns` and joins each
 match's head with its event's tail (:func:`streaming.records.notification_tail`) here.
 
-Writes are held in a dictionary by slot and merged into the columns at the next read, in
-one vectorised pass: a batch that changed no subscription copies nothing, one that did
-copies the columns once. A slot the matcher has freed keeps whatever it held until the
-slot is written again: the matcher never returns a free slot, so it is never read.
+Writes are held in a dictionary by slot and merged into the columns at the next read
+(or when a bulk load asks, after each chunk), in one vectorised pass: a batch that
+changed no subscription copies nothing, one that did copies the columns once. A slot
+the matcher has freed keeps whatever it held until the slot is written again: the
+matcher never returns a free slot, so it is never read.
 """
 
 from __future__ import annotations
