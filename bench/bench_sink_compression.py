@@ -3,9 +3,9 @@
 A script, not a test. Starts its own Kafka broker (``connectors.local``), generates
 BE-Gen events with ``python -m index.begen``, builds the notification records the
 service would write for them (``--per-event`` matches per event, heads of distinct
-subscriptions, :mod:`streaming.records`), produces the same records to one new topic per
-codec with the sink's batch size and linger (by librdkafka: the same codecs and batch
-settings as Spark's Java producer) and reports the bytes of each topic's log segments.
+subscriptions, :mod:`streaming.records`), writes the same records to one new topic per
+codec with the service's writer (:class:`connectors.kafka.RecordSink`) and reports the
+bytes of each topic's log segments.
 
 Usage::
 
@@ -27,9 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Producer  # noqa: E402
+import pyarrow as pa  # noqa: E402
 
-from connectors.kafka import ensure_topics, sink_producer_options  # noqa: E402
+from connectors.kafka import RecordSink, SinkSettings, ensure_topics  # noqa: E402
 from connectors.local import release_shared_services, shared_services  # noqa: E402
 from streaming.records import (  # noqa: E402
     dumps_record,
@@ -37,6 +37,7 @@ from streaming.records import (  # noqa: E402
     notification_head,
     notification_tail,
 )
+from streaming.worker import OUTPUT_SCHEMA  # noqa: E402
 
 
 def notification_records(events: list[bytes], per_event: int) -> list[tuple[bytes, bytes]]:
@@ -76,13 +77,11 @@ def main() -> int:
         for codec in args.codecs.split(","):
             topic = f"bench-compression-{codec}-{uuid.uuid4().hex[:8]}"
             ensure_topics(bootstrap, {topic: {}}, partitions=2)
-            options = {key.removeprefix("kafka."): value
-                       for key, value in sink_producer_options(codec).items()}  # fmt: skip
-            producer = Producer({"bootstrap.servers": bootstrap, **options,
-                                 "queue.buffering.max.messages": len(records)})  # fmt: skip
-            for key, value in records:
-                producer.produce(topic, value, key)
-            producer.flush(120)
+            sink = RecordSink(SinkSettings(bootstrap, compression=codec))
+            sink.write(pa.RecordBatch.from_pydict(
+                {"topic": [topic] * len(records), "key": [k for k, _ in records],
+                 "value": [v for _, v in records]}, schema=OUTPUT_SCHEMA))  # fmt: skip
+            sink.flush()
             time.sleep(2)  # the broker's appends reach the segment files
             logged = sum(segment.stat().st_size
                          for folder in services.kafka.data_dir.rglob(f"{topic}-*")

@@ -100,7 +100,7 @@ def breakdown(reports: list[BatchReport]) -> dict[str, float]:
     n = max(1, len(busy))
     out = {k: sum(getattr(r, k) for r in busy) / n
            for k in ("total_s", "read_s", "state_s", "match_write_s")}  # fmt: skip
-    for k in ("sync_s", "parse_s", "match_s", "encode_s", "cpu_s"):  # worker.TaskMetrics
+    for k in ("sync_s", "parse_s", "match_s", "encode_s", "cpu_s", "write_s"):  # TaskMetrics
         out[f"worker_{k}"] = sum(getattr(r.workers, k) for r in busy) / n
     out["batches"] = len(busy)
     out["events_per_batch"] = sum(r.events for r in busy) / n
@@ -383,18 +383,19 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     published, and the clock stops when the query has read all of it."""
     from pyspark.sql import functions as F
 
-    from connectors.kafka import ensure_topics, sink_producer_options, spark_kafka_options
+    from connectors.kafka import ensure_topics, sink_settings, spark_kafka_options
 
     source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
     ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},
                   partitions=config.topic_partitions, security=config.kafka_security)  # fmt: skip
     opts = spark_kafka_options(config.bootstrap_servers, config.kafka_security)
+    sink_opts = {f"kafka.{k}": v for k, v in sink_settings(config.sink_compression).items()}
     query = (
         spark.readStream.format("kafka").options(**opts).option("subscribe", source)
         .option("startingOffsets", "earliest").load()
         .select("key", "value", F.lit(sink).alias("topic"))
         .mapInArrow(decode_only, "topic STRING, key BINARY, value BINARY")
-        .writeStream.format("kafka").options(**opts).options(**sink_producer_options(config.sink_compression))
+        .writeStream.format("kafka").options(**opts).options(**sink_opts)
         .option("checkpointLocation", str(work / "checkpoint-ceiling"))
         .trigger(processingTime=f"{config.trigger_seconds} seconds").start()
     )  # fmt: skip
@@ -430,13 +431,14 @@ def _bd_rows(bd: dict[str, float]) -> str:
         ("read_s", "batches with subscription records: Kafka read + cache + validate them "
                    "(executors, job 1)"),
         ("state_s", "apply subscription changes to Redis (driver)"),
-        ("match_write_s", "match on executors + Kafka sink write (job 2, wall; reads Kafka "
+        ("match_write_s", "match and write to Kafka on executors (job 2, wall; reads Kafka "
                           "when job 1 did not run)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
         ("worker_match_s", "  in workers: match (match_flat_slots)"),
         ("worker_encode_s", "  in workers: build notification records"),
         ("worker_cpu_s", "  in workers: CPU time of the three steps above (the rest: waiting)"),
+        ("worker_write_s", "  in workers: write the records to Kafka, until acknowledged"),
         ("total_s", "whole batch (wall)"),
     ]
     return "\n".join(f"| {label} | {bd[k]:.3f} |" for k, label in names)

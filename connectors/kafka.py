@@ -1,12 +1,18 @@
 """Kafka plumbing outside Spark, with confluent-kafka: topics, producing, consuming.
 
-Owns: creating the service's four topics with the right settings (the subscriptions
-topic compacted), a JSON producer used by the CLI and the load generator, a consumer
-that reads a topic from the start or the end (``psmatch tail``, ``psmatch
-rebuild-state``, the tests and the benchmark), and the one place Kafka security is
-turned into client settings: :class:`KafkaSecurity` gives librdkafka's settings (the
-clients here) and :func:`spark_kafka_options` the ``kafka.``-prefixed options of Spark's
-Kafka source and sink, so every client of the service connects the same way.
+Owns:
+
+* creating the service's four topics with the right settings (the subscriptions topic
+  compacted);
+* the writer of the service's output records, :class:`RecordSink`: the matching tasks'
+  notifications and rejects, and the driver's rejected subscription records;
+* a JSON producer used by the CLI and the load generator;
+* a consumer that reads a topic from the start or the end (``psmatch tail``, ``psmatch
+  rebuild-state``, the tests and the benchmark);
+* the one place Kafka security is turned into client settings: :class:`KafkaSecurity`
+  gives librdkafka's settings (the clients here) and :func:`spark_kafka_options` the
+  ``kafka.``-prefixed options of Spark's Kafka source, so every client of the service
+  connects the same way.
 
 A client whose credentials the broker refuses fails at once with one
 :class:`KafkaAuthenticationError` instead of retrying until a timeout.
@@ -20,8 +26,12 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -103,10 +113,11 @@ PLAINTEXT = KafkaSecurity()
 
 
 def spark_kafka_options(bootstrap_servers: str, security: KafkaSecurity) -> dict[str, str]:
-    """The ``kafka.``-prefixed options of Spark's Kafka source and sink.
+    """The ``kafka.``-prefixed options of Spark's Kafka source (and of a Spark Kafka
+    sink, as the benchmark's ceiling uses).
 
-    Use them whole on both: ``spark.readStream.format("kafka").options(**opts)`` and
-    ``df.write.format("kafka").options(**opts)``. They hold the password.
+    Use them whole: ``spark.readStream.format("kafka").options(**opts)``. They hold the
+    password.
     """
     conf = {"bootstrap.servers": bootstrap_servers, **security.java_config()}
     return {f"kafka.{key}": value for key, value in conf.items()}
@@ -116,23 +127,23 @@ SINK_COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
 """The codecs Kafka producers offer (``compression.type``)."""
 
 
-def sink_producer_options(compression: str) -> dict[str, str]:
-    """Producer settings of Spark's Kafka sinks (``df.write.format("kafka")``), beside
-    :func:`spark_kafka_options`: batches of up to 1 MiB, compressed with ``compression``
-    (one of :data:`SINK_COMPRESSION_TYPES`).
+def sink_settings(compression: str) -> dict[str, str]:
+    """Producer settings of every writer of many output records: batches of up to 1 MiB,
+    compressed with ``compression`` (one of :data:`SINK_COMPRESSION_TYPES`). The names
+    are those of both clients: :class:`RecordSink` (librdkafka) takes them as they are,
+    a Spark Kafka sink with the prefix ``kafka.``.
 
     A batch of events makes about as many notification records as it has matches,
-    several per event, each carrying its event. In batches of up to 1 MiB (the
-    producer's default is 16 KiB) the broker and the sink's producer handle them with
-    much less CPU than in many small ones, CPU the Python workers need; compressed, a
-    batch that repeats each event in many notifications shrinks on the wire and on the
+    several per event, each carrying its event. In batches of up to 1 MiB (the Java
+    producer's default is 16 KiB) the broker and the producer handle them with much
+    less CPU than in many small ones, CPU the Python workers need; compressed, a batch
+    that repeats each event in many notifications shrinks on the wire and on the
     broker's disk, and the broker, which shares the machine in the benchmark, spends
     less CPU storing it (docs/bench-streaming.md measures both). Consumers need the
     codec: Java clients and librdkafka have them all, kafka-python needs the ``lz4``
     package for lz4.
     """
-    return {"kafka.batch.size": str(1 << 20), "kafka.linger.ms": "20",
-            "kafka.compression.type": compression}  # fmt: skip
+    return {"batch.size": str(1 << 20), "linger.ms": "20", "compression.type": compression}
 
 
 class _ClientErrors:
@@ -365,6 +376,130 @@ class JsonProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSettings:
+    """Where and how a :class:`RecordSink` writes: what a Spark task needs to open one
+    (shipped in its closure; it holds the password)."""
+
+    bootstrap_servers: str
+    security: KafkaSecurity = PLAINTEXT
+    compression: str = "lz4"
+
+
+SINK_CHUNK = 65_536
+"""Records :meth:`RecordSink.write` turns into Python objects at a time."""
+
+
+class RecordSink:
+    """Writes the service's output records (notifications and rejects) to Kafka with
+    librdkafka, at least once, the way Spark's Kafka sink did: keyed records go to the
+    partition the Java client would choose (``murmur2_random``), the producer is
+    idempotent (no duplicates or reordering from its own retries), and a record not
+    acknowledged within two minutes (Java's ``delivery.timeout.ms``) fails.
+
+    :meth:`write` queues records; :meth:`flush` waits until every record queued is
+    acknowledged, and raises :class:`KafkaServiceError` if any failed since the last
+    flush: a matching task flushes before it ends, so a task whose records were not all
+    written fails, and Spark runs it (or the query runs its batch) again.
+
+    Memory: librdkafka's queue is bounded (64 MiB); :meth:`write` waits for room when it
+    is full. Cost per record: one Python ``bytes`` each for its key and value (sliced
+    from the Arrow buffers) and one ``produce`` call, about 2.5 µs of CPU with
+    librdkafka's threads, which compress and send (docs/bench-streaming.md).
+    """
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self._client_errors = _ClientErrors(settings.bootstrap_servers)
+        self._failed: list[str] = []
+        self._failures = 0
+        self._config = {
+            **_client_config(settings.bootstrap_servers, settings.security,
+                             self._client_errors),
+            **sink_settings(settings.compression),
+            "partitioner": "murmur2_random",
+            "enable.idempotence": True,
+            "message.timeout.ms": 120_000,
+            # a notification is at most SINK_RECORD_LIMIT (streaming.records) bytes;
+            # this is the Java producer's max.request.size
+            "message.max.bytes": 1 << 20,
+            "queue.buffering.max.kbytes": 64 * 1024,
+            "queue.buffering.max.messages": 1_000_000,
+            # successes cost nothing in Python; a failure calls _on_delivery
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
+        }  # fmt: skip
+        self._producer = Producer(self._config)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._failures += 1
+            if len(self._failed) < 3:
+                self._failed.append(f"{msg.topic()}: {err.str()}")
+
+    def write(self, records: pa.RecordBatch | pa.Table) -> None:
+        """Queue ``records`` (columns ``topic`` string, ``key`` and ``value`` binary,
+        a null key or value as Kafka's null), in order."""
+        for batch in records.to_batches() if isinstance(records, pa.Table) else [records]:
+            for start in range(0, batch.num_rows, SINK_CHUNK):
+                chunk = batch.slice(start, SINK_CHUNK)
+                topics = chunk.column("topic").unique()
+                if len(topics) == 1:  # the common case: a batch of one topic
+                    self._produce(topics[0].as_py(), chunk)
+                    continue
+                for topic in topics.to_pylist():
+                    self._produce(topic, chunk.filter(pc.equal(chunk.column("topic"), topic)))
+
+    def _produce(self, topic: str, batch: pa.RecordBatch) -> None:
+        producer = self._producer
+        produce = producer.produce
+        for key, value in zip(binary_values(batch.column("key")),
+                              binary_values(batch.column("value")), strict=True):  # fmt: skip
+            while True:
+                try:
+                    produce(topic, value, key)
+                    break
+                except BufferError:  # the queue is full: wait for acknowledgements
+                    producer.poll(0.05)
+                    self._client_errors.check()
+
+    def flush(self) -> None:
+        """Wait until every queued record is acknowledged or has failed (at most
+        ``message.timeout.ms``); :class:`KafkaServiceError` if any failed since the
+        last flush (the sink then goes on with a new producer),
+        :class:`KafkaAuthenticationError` if the broker refused the login."""
+        while self._producer.flush(1.0):
+            self._client_errors.check()
+        self._client_errors.check()
+        if self._failures:
+            failed, failures = self._failed, self._failures
+            self._failed, self._failures = [], 0
+            # a new producer: an error can leave one unusable (a fatal idempotence
+            # error), and the queue is empty now
+            self._producer = Producer(self._config)
+            raise KafkaServiceError(f"{failures} output records were not written to Kafka, "
+                                    f"e.g. {'; '.join(failed)}")  # fmt: skip
+
+
+def binary_values(array: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
+    """The values of a ``binary`` or ``large_binary`` Arrow array as Python ``bytes``.
+
+    Cost: one copy of the array's data and one ``bytes`` slice per value, about a third
+    of what ``to_pylist`` costs (it builds an Arrow scalar per value first).
+    """
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.null_count or not len(array):
+        return array.to_pylist()  # type: ignore[no-any-return]
+    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    offsets = np.frombuffer(array.buffers()[1], dtype=width)[
+        array.offset : array.offset + len(array) + 1
+    ]
+    first = int(offsets[0])
+    data = array.buffers()[2].slice(first, int(offsets[-1]) - first).to_pybytes()
+    ends = (offsets - first).tolist()
+    return [data[a:b] for a, b in pairwise(ends)]
 
 
 class TopicReader:

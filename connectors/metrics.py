@@ -263,7 +263,7 @@ class ServiceMetrics:
             ("read", report.read_s), ("state", report.state_s),
             ("match_write", report.match_write_s), ("worker_sync", w.sync_s),
             ("worker_parse", w.parse_s), ("worker_match", w.match_s),
-            ("worker_encode", w.encode_s),
+            ("worker_encode", w.encode_s), ("worker_write", w.write_s),
         ):  # fmt: skip
             self.phase_seconds.labels(phase).inc(max(0.0, seconds))
         self.batch_duration.observe(report.total_s)

@@ -5,14 +5,27 @@ from __future__ import annotations
 import json
 import uuid
 
+import pyarrow as pa
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.partitioner.default import murmur2
 
-from connectors.kafka import JsonProducer, TopicReader, ensure_topics, service_topics
+from connectors.kafka import (
+    JsonProducer,
+    KafkaServiceError,
+    RecordSink,
+    SinkSettings,
+    TopicReader,
+    binary_values,
+    ensure_topics,
+    service_topics,
+)
 from connectors.local import LocalServices
 
 pytestmark = pytest.mark.integration
+
+RECORDS = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary())])
 
 
 def _topics() -> dict[str, dict[str, str]]:
@@ -71,3 +84,76 @@ def test_topic_reader_reads_kafka_python_records(services: LocalServices) -> Non
     assert sorted(r.json()["i"] for r in records) == list(range(20))
     assert {r.partition for r in records} <= {0, 1}
     assert all(r.timestamp_ms > 0 for r in records)
+
+
+def _two_topics(bootstrap: str, partitions: int,
+                first: dict[str, str] | None = None) -> tuple[str, str]:  # fmt: skip
+    """Two new topics, the first with the topic configs ``first``."""
+    one, two = list(_topics())[:2]
+    ensure_topics(bootstrap, {one: first or {}, two: {}}, partitions=partitions)
+    return one, two
+
+
+def _read_all(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes | None,
+                                                                    bytes | None]]:  # fmt: skip
+    """(partition, key, value) of the first ``count`` records, read by kafka-python."""
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+        consumer_timeout_ms=10_000, enable_auto_commit=False, group_id=None,
+    )  # fmt: skip
+    try:
+        return [(m.partition, m.key, m.value)
+                for _, m in zip(range(count), consumer, strict=False)]  # fmt: skip
+    finally:
+        consumer.close()
+
+
+def test_record_sink_writes_to_the_partition_the_java_client_chooses(
+    services: LocalServices,
+) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    one, two = _two_topics(bootstrap, 3)
+    keys = [f"sub-{i}".encode() for i in range(200)]
+    sink = RecordSink(SinkSettings(bootstrap, compression="lz4"))
+    sink.write(pa.RecordBatch.from_pydict({
+        "topic": [one] * 200 + [two, two],
+        "key": [*keys, None, b"k"],
+        "value": [b"v%d" % i for i in range(200)] + [b"no key", None],
+    }, schema=RECORDS))  # fmt: skip
+    sink.flush()
+    got = _read_all(bootstrap, one, 200)
+    # Kafka's Java default partitioner: murmur2 of the key, positive, modulo partitions
+    assert sorted(got) == sorted(((murmur2(k) & 0x7FFFFFFF) % 3, k, b"v%d" % i)
+                                 for i, k in enumerate(keys))  # fmt: skip
+    for partition in range(3):  # in order within each partition
+        values = [int(v[1:]) for p, _, v in got if p == partition]
+        assert values == sorted(values)
+    assert {(k, v) for _, k, v in _read_all(bootstrap, two, 2)} == {(None, b"no key"), (b"k", None)}
+
+
+def test_record_sink_flush_fails_for_a_record_the_broker_refuses_then_goes_on(
+    services: LocalServices,
+) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    small, other = _two_topics(bootstrap, 1, {"max.message.bytes": "2000"})
+    sink = RecordSink(SinkSettings(bootstrap, compression="none"))
+    too_large = {"topic": [small], "key": [b"k"], "value": [b"x" * 5000]}
+    sink.write(pa.RecordBatch.from_pydict(too_large, schema=RECORDS))
+    with pytest.raises(KafkaServiceError, match=r"1 output records were not written to Kafka, "
+                                                r"e\.g\. .*too large"):  # fmt: skip
+        sink.flush()
+    fine = {"topic": [other], "key": [b"k"], "value": [b"fine"]}
+    sink.write(pa.RecordBatch.from_pydict(fine, schema=RECORDS))
+    sink.flush()  # the failure was reported once
+    assert _read_all(bootstrap, other, 1) == [(0, b"k", b"fine")]
+
+
+@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
+def test_binary_values_of_slices_empties_and_nulls(kind: pa.DataType) -> None:
+    values = [b"", b"a", b"\x00\xff" * 3, b"xyz"]
+    array = pa.array(values, kind)
+    assert binary_values(array) == values
+    assert binary_values(array.slice(1, 2)) == values[1:3]
+    assert binary_values(array.slice(4)) == []
+    assert binary_values(pa.chunked_array([array, array])) == values * 2
+    assert binary_values(pa.array([b"a", None], kind)) == [b"a", None]

@@ -3,7 +3,8 @@ secrets and stops with one clear message (and no secret in it) with a wrong one.
 
 A broker of its own with a SASL_PLAINTEXT listener (mechanism PLAIN, started by
 ``connectors.local``) and a redis-server with ``requirepass``; the CLI's producer,
-consumer and admin client and a short Spark query (source and sink) all go through SASL.
+consumer and admin client and a short Spark query (its Kafka source, and the tasks writing
+their records) all go through SASL.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def test_right_secrets_reach_every_client(
         stop_query(query)
     assert sum(r.notifications for r in reports) == 1
     capsys.readouterr()
-    # Spark's sink wrote it through SASL; the CLI's consumer reads it through SASL
+    # the matching task wrote it through SASL; the CLI's consumer reads it through SASL
     assert main(["tail", "--from-beginning", "--max", "1", "--idle-timeout", "20", *args]) == 0
     notification = json.loads(capsys.readouterr().out.splitlines()[0])
     assert notification["subscription_id"] == "cheap" and notification["event"] == {"price": 12}

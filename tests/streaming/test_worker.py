@@ -2,7 +2,9 @@
 reject, an infrastructure fault (Redis unreachable) fails the task, to be retried. Plus
 the per-batch reject summary of the log, and the workers' index: full reload and
 change-log catch-up in bulk (``add_many``, a chunk at a time), against a real Redis,
-with bad stored records and a faulty matcher left out alone."""
+with bad stored records and a faulty matcher left out alone. And a task's records,
+written to a real Kafka broker by the worker: all acknowledged before the task ends, or
+the task fails."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from connectors.kafka import KafkaServiceError, SinkSettings, TopicReader, ensure_topics
 from connectors.local import LocalServices, free_port
 from connectors.state import SourceChange, StateError, StateStore
 from index import Matcher, make_matcher
@@ -22,7 +25,7 @@ from index.scan import ScanMatcher
 from streaming import worker
 from streaming.heads import NotificationHeads
 from streaming.job import BatchReport
-from streaming.records import RecordError, dumps_record
+from streaming.records import RecordError, dumps_record, parse_notification, parse_rejected
 from streaming.worker import SAMPLE_CHARS, TaskMetrics, WorkerSettings, match_batches
 
 
@@ -256,3 +259,65 @@ def test_when_add_many_raises_the_culprit_is_found_and_left_out(
     assert set(again.matcher) == set(exprs)
     assert matches(again) == expected(exprs)
     assert "replaying 2 changes in bulk failed" in caplog.text
+
+
+# -- the task's records, written to Kafka by the worker itself ----------------------------
+
+def _records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes]]:
+    with TopicReader(bootstrap, topic) as reader:
+        return [(r.key, r.value or b"") for r in reader.read_to_end()]
+
+
+def _own_topics(settings: WorkerSettings, bootstrap: str,
+                notifications: dict[str, str] | None = None) -> WorkerSettings:  # fmt: skip
+    """``settings`` with new notifications (topic configs ``notifications``) and
+    rejected topics."""
+    tag = uuid.uuid4().hex[:8]
+    ensure_topics(bootstrap, {f"n-{tag}": notifications or {}, f"r-{tag}": {}}, partitions=1)
+    return dataclasses.replace(settings, notifications_topic=f"n-{tag}",
+                               rejected_topic=f"r-{tag}")  # fmt: skip
+
+
+def test_a_task_writes_its_notifications_and_rejects_and_returns_no_rows(
+    state: tuple[WorkerSettings, StateStore], services: LocalServices,
+) -> None:
+    settings, store = state
+    bootstrap = services.kafka.bootstrap_servers
+    settings = _own_topics(settings, bootstrap)
+    store.apply([put(0, "low", "a < 3"), put(1, "x", "b = 'x'")])
+    batch = pa.RecordBatch.from_pydict({
+        "key": [b"e0", b"e1", b"bad"], "value": [b'{"a": 1, "b": "x"}', b'{"a": 5}', b"{"],
+        "topic": ["ev"] * 3, "partition": [0] * 3, "offset": [0, 1, 2], "ts": [0] * 3,
+    })  # fmt: skip
+    reported: list[TaskMetrics] = []
+    rows = worker.match_and_write(settings, SinkSettings(bootstrap), 2, iter([batch]),
+                                  reported.append)  # fmt: skip
+    assert list(rows) == []
+    (metrics,) = reported
+    assert (metrics.events, metrics.notifications, metrics.rejected) == (3, 2, 1)
+    assert metrics.write_s > 0
+    # written and acknowledged before match_and_write returned
+    notified = _records(bootstrap, settings.notifications_topic)
+    assert sorted((k, parse_notification(v).event_id) for k, v in notified) == [
+        (b"low", "e0"), (b"x", "e0")]  # fmt: skip
+    ((key, value),) = _records(bootstrap, settings.rejected_topic)
+    assert key == b"bad" and parse_rejected(value).code == "invalid_json"
+
+
+def test_a_record_kafka_refuses_fails_the_task(
+    state: tuple[WorkerSettings, StateStore], services: LocalServices,
+) -> None:
+    settings, store = state
+    bootstrap = services.kafka.bootstrap_servers
+    # the topic takes smaller records than the service writes
+    settings = _own_topics(settings, bootstrap, {"max.message.bytes": "200"})
+    store.apply([put(0, "all", "a >= 0")])
+    batch = pa.RecordBatch.from_pydict({
+        "key": [b"e0"], "value": [b'{"a": 1, "pad": "%s"}' % (b"p" * 500)], "topic": ["ev"],
+        "partition": [0], "offset": [0], "ts": [0],
+    })  # fmt: skip
+    reported: list[TaskMetrics] = []
+    with pytest.raises(KafkaServiceError, match="1 output records were not written"):
+        worker.match_and_write(settings, SinkSettings(bootstrap, compression="none"), 1,
+                               iter([batch]), reported.append)  # fmt: skip
+    assert reported == []  # the task failed: Spark runs it again
