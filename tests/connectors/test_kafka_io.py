@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -21,7 +24,7 @@ from connectors.kafka import (
     ensure_topics,
     service_topics,
 )
-from connectors.local import LocalServices
+from connectors.local import KafkaBroker, LocalServices
 
 pytestmark = pytest.mark.integration
 
@@ -157,3 +160,36 @@ def test_binary_values_of_slices_empties_and_nulls(kind: pa.DataType) -> None:
     assert binary_values(array.slice(4)) == []
     assert binary_values(pa.chunked_array([array, array])) == values * 2
     assert binary_values(pa.array([b"a", None], kind)) == [b"a", None]
+
+
+def test_record_sink_waits_out_a_broker_restart(tmp_path: Path) -> None:
+    """Records written while the broker is down are delivered once it is back (within
+    the two minutes a record may wait): flush waits, nothing is lost or reordered."""
+    broker = KafkaBroker(tmp_path / "kafka", heap="512m").start()
+    try:
+        bootstrap = broker.bootstrap_servers
+        topic = next(iter(_topics()))
+        ensure_topics(bootstrap, {topic: {}}, partitions=1)
+        sink = RecordSink(SinkSettings(bootstrap))
+
+        def records(start: int, stop: int) -> pa.RecordBatch:
+            return pa.RecordBatch.from_pydict({
+                "topic": [topic] * (stop - start), "key": [b"k"] * (stop - start),
+                "value": [b"%d" % i for i in range(start, stop)],
+            }, schema=RECORDS)  # fmt: skip
+
+        sink.write(records(0, 100))
+        sink.flush()
+        broker.stop()
+        sink.write(records(100, 1100))
+        # started again from this thread: the broker dies with the thread that started it
+        with ThreadPoolExecutor(1) as pool:
+            flushed = pool.submit(sink.flush)
+            time.sleep(5)
+            assert not flushed.done()  # waiting for the broker
+            broker.start()
+            flushed.result(timeout=150)
+        values = [int(v) for _, _, v in _read_all(bootstrap, topic, 1100) if v is not None]
+        assert values == list(range(1100))
+    finally:
+        broker.stop()
