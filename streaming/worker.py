@@ -1,28 +1,29 @@
-"""What runs inside each Spark Python worker: the cached matcher and partition matching.
+"""What runs inside each Spark Python worker: the cached matcher, partition matching and
+the writing of its records.
 
-Owns the per-process index cache. A Python worker (kept alive across tasks and batches
-by ``spark.python.worker.reuse``) holds one :class:`WorkerIndex` per (Redis URL, key
-prefix, matcher kind, shard count, shard) in module memory: one index per shard it has
-been handed (:mod:`streaming.shards`; Spark gives no partition-to-executor affinity, so
-a process may be handed several shards over time), each holding only the subscriptions
-of its shard. For each task the driver names the subscription version of the batch;
-:func:`sync_index` brings the cached matcher to exactly that version by replaying the
-change log from Redis, or reloads every subscription from Redis (read whole, the
-shard's kept) when the log no longer reaches back far enough (first use, retention
-exceeded, state rebuilt); both in bulk, with one ``add_many``, each stored
-subscription decoded inside a per-record barrier (one that cannot be decoded is left
-out and logged) and, should ``add_many`` itself raise, a rebuild one subscription at a
-time that leaves out only the culprits. :func:`match_batches` is the ``mapInArrow``
-function: it decodes and validates each event on its own inside a per-record barrier
-(whatever one event raises makes it a rejected record, the others go on), matches the
-valid, already flattened events with ``match_flat_slots`` and emits notification
-records (heads by slot, :mod:`streaming.heads`, and tails, joined by Arrow), all as
-Arrow batches of ``(topic, key, value)``, which :func:`match_and_write` writes to Kafka
-with the process's :class:`connectors.kafka.RecordSink`. Each task reports a
-:class:`TaskMetrics` to the driver. The I/O here is outside every barrier, in
-:func:`sync_index` (Redis) and :func:`match_and_write` (Kafka): its faults fail the
-task, never a record.
-"""
+Owns the per-process index cache, and the process's Kafka writer (one
+:class:`connectors.kafka.RecordSink` per sink setting, opened at first use). A Python
+worker (kept alive across tasks and batches by ``spark.python.worker.reuse``) holds one
+:class:`WorkerIndex` per (Redis URL, key prefix, matcher kind, shard count, shard) in
+module memory: one index per shard it has been handed (:mod:`streaming.shards`; Spark
+gives no partition-to-executor affinity, so a process may be handed several shards over
+time), each holding only the subscriptions of its shard. For each task the driver names
+the subscription version of the batch; :func:`sync_index` brings the cached matcher to
+exactly that version by replaying the change log from Redis, or reloads every
+subscription from Redis (read whole, the shard's kept) when the log no longer reaches
+back far enough (first use, retention exceeded, state rebuilt); both in bulk, with one
+``add_many``, each stored subscription decoded inside a per-record barrier (one that
+cannot be decoded is left out and logged) and, should ``add_many`` itself raise, a
+rebuild one subscription at a time that leaves out only the culprits.
+:func:`match_batches` is the ``mapInArrow`` function: it decodes and validates each
+event on its own inside a per-record barrier (whatever one event raises makes it a
+rejected record, the others go on), matches the valid, already flattened events with
+``match_flat_slots`` and emits notification records (heads by slot,
+:mod:`streaming.heads`, and tails, joined by Arrow), all as Arrow batches of ``(topic,
+key, value)``, which :func:`match_and_write` writes to Kafka with the process's
+:class:`connectors.kafka.RecordSink`. Each task reports a :class:`TaskMetrics` to the
+driver. The I/O here is outside every barrier, in :func:`sync_index` (Redis) and
+:func:`match_and_write` (Kafka): its faults fail the task, never a record. """
 
 from __future__ import annotations
 
