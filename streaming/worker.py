@@ -15,15 +15,16 @@ back far enough (first use, retention exceeded, state rebuilt); both in bulk, wi
 ``add_many``, each stored subscription decoded inside a per-record barrier (one that
 cannot be decoded is left out and logged) and, should ``add_many`` itself raise, a
 rebuild one subscription at a time that leaves out only the culprits.
-:func:`match_batches` is the ``mapInArrow`` function: it decodes and validates each
-event on its own inside a per-record barrier (whatever one event raises makes it a
-rejected record, the others go on), matches the valid, already flattened events with
+:func:`match_batches` matches a task's events: it decodes and validates each event on
+its own inside a per-record barrier (whatever one event raises makes it a rejected
+record, the others go on), matches the valid, already flattened events with
 ``match_flat_slots`` and emits notification records (heads by slot,
 :mod:`streaming.heads`, and tails, joined by Arrow), all as Arrow batches of ``(topic,
 key, value)``, which :func:`match_and_write` writes to Kafka with the process's
 :class:`connectors.kafka.RecordSink`. Each task reports a :class:`TaskMetrics` to the
 driver. The I/O here is outside every barrier, in :func:`sync_index` (Redis) and
-:func:`match_and_write` (Kafka): its faults fail the task, never a record. """
+:func:`match_and_write` (Kafka): its faults fail the task, never a record.
+"""
 
 from __future__ import annotations
 
