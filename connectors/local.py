@@ -73,7 +73,11 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when the starting process dies (Linux)."""
+    """In the child before exec: get SIGTERM when the starting process dies (Linux).
+
+    Linux sends it when the *thread* that started the child ends: start a server from a
+    thread that outlives it (a server started from a ``threading.Timer`` dies with the
+    timer's thread)."""
     try:
         import ctypes
 
