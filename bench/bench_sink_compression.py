@@ -27,8 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import pyarrow as pa  # noqa: E402
-
 from connectors.kafka import RecordSink, SinkSettings, ensure_topics  # noqa: E402
 from connectors.local import release_shared_services, shared_services  # noqa: E402
 from streaming.records import (  # noqa: E402
@@ -37,7 +35,7 @@ from streaming.records import (  # noqa: E402
     notification_head,
     notification_tail,
 )
-from streaming.worker import OUTPUT_SCHEMA  # noqa: E402
+from streaming.worker import output_records  # noqa: E402
 
 
 def notification_records(events: list[bytes], per_event: int) -> list[tuple[bytes, bytes]]:
@@ -78,9 +76,7 @@ def main() -> int:
             topic = f"bench-compression-{codec}-{uuid.uuid4().hex[:8]}"
             ensure_topics(bootstrap, {topic: {}}, partitions=2)
             sink = RecordSink(SinkSettings(bootstrap, compression=codec))
-            sink.write(pa.RecordBatch.from_pydict(
-                {"topic": [topic] * len(records), "key": [k for k, _ in records],
-                 "value": [v for _, v in records]}, schema=OUTPUT_SCHEMA))  # fmt: skip
+            sink.write(output_records(topic, records))
             sink.flush()
             time.sleep(2)  # the broker's appends reach the segment files
             logged = sum(segment.stat().st_size

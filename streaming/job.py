@@ -42,7 +42,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.accumulators import AccumulatorParam
 
 from connectors.kafka import (
@@ -65,10 +64,10 @@ from streaming.subscriptions import (
 from streaming.worker import (
     MAX_SAMPLES,
     OUTPUT_DDL,
-    OUTPUT_SCHEMA,
     TaskMetrics,
     WorkerSettings,
     match_and_write,
+    output_records,
 )
 
 log = logging.getLogger("psmatch.job")
@@ -354,11 +353,7 @@ class BatchProcessor:
             t2 = time.perf_counter()
 
             if validated.rejects:
-                self.sink.write(pa.RecordBatch.from_pydict({
-                    "topic": [cfg.rejected_topic] * len(validated.rejects),
-                    "key": [k for k, _ in validated.rejects],
-                    "value": [v for _, v in validated.rejects],
-                }, schema=OUTPUT_SCHEMA))  # fmt: skip
+                self.sink.write(output_records(cfg.rejected_topic, validated.rejects))
             acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
             events = batch.filter(F.col("topic") == cfg.events_topic)
             if cfg.shards > 1:

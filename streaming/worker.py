@@ -32,7 +32,7 @@ import logging
 import resource
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
 
@@ -67,6 +67,16 @@ log = logging.getLogger(__name__)
 
 OUTPUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary())])
 OUTPUT_DDL = "topic STRING, key BINARY, value BINARY"
+
+
+def output_records(topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]]
+                   ) -> pa.RecordBatch:  # fmt: skip
+    """Records ``(key, value)`` of ``topic``, as a batch of :data:`OUTPUT_SCHEMA` (what
+    :meth:`connectors.kafka.RecordSink.write` takes)."""
+    return pa.RecordBatch.from_pydict({"topic": [topic] * len(pairs),
+                                       "key": [key for key, _ in pairs],
+                                       "value": [value for _, value in pairs]},
+                                      schema=OUTPUT_SCHEMA)  # fmt: skip
 
 MAX_SAMPLES = 3
 """Rejects described (position, code, reason) per batch in the log; the rest are counted."""
