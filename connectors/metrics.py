@@ -146,7 +146,8 @@ class ServiceMetrics:
         self.worker_reloads = Counter(
             "psmatch_worker_index_reloads",
             "Times a worker rebuilt its index from Redis instead of replaying the change log "
-            "(first use, a new executor, retention exceeded, state rebuilt).",
+            "(first use, a new executor, a worker that missed more than the retention, state "
+            "rebuilt).",
             registry=r,
         )
         # -- histograms --------------------------------------------------------------

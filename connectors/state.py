@@ -13,7 +13,12 @@ This module owns every Redis key the service writes (all under one prefix, defau
 ``<prefix>log``
     a Redis stream whose entry ``<v>-0`` is the *v*-th change (``op`` = ``put`` with
     ``id`` and ``rec``, or ``del`` with ``id``). Trimmed to the last
-    ``retention`` changes; a worker further behind reloads ``subs`` instead.
+    ``retention`` changes, but never within the changes of the latest
+    :meth:`StateStore.apply` (the driver applies one micro-batch per call): the workers
+    catch up to every batch from the log however many changes it had, instead of
+    reading every subscription again (so the log holds up to the larger of
+    ``retention`` and the largest batch's changes). A worker further behind reloads
+    ``subs`` instead.
 ``<prefix>offsets``
     hash: ``<topic>:<partition>`` → offset of the last subscription record applied.
     A change whose offset is not above it is skipped, so applying the same micro-batch
@@ -168,11 +173,12 @@ class ApplyResult:
 
 _APPLY_LUA = """
 local retention = tonumber(ARGV[1])
+local floor = tonumber(ARGV[2])  -- the version before the apply() this chunk is part of
 local v = tonumber(redis.call('GET', KEYS[2]) or '0')
 local applied = 0
 local skipped = 0
 local last = {}  -- per source: the last applied offset, read once, written once
-local i = 2
+local i = 3
 while i <= #ARGV do
   local src = ARGV[i]
   local off = tonumber(ARGV[i + 1])
@@ -205,8 +211,9 @@ for src, off in pairs(last) do
   redis.call('HSET', KEYS[4], src, off)
 end
 redis.call('SET', KEYS[2], v)
-if v > retention then
-  redis.call('XTRIM', KEYS[3], 'MINID', (v - retention + 1) .. '-0')
+local keep_from = math.min(v - retention, floor) + 1
+if keep_from > 1 then
+  redis.call('XTRIM', KEYS[3], 'MINID', keep_from .. '-0')
 end
 return {v, applied, skipped}
 """
@@ -351,13 +358,15 @@ class StateStore:
 
     def apply(self, changes: Sequence[SourceChange]) -> ApplyResult:
         """Apply changes in order; those already applied (by source offset) are skipped.
+        The change log keeps every change of this call, and trims older ones past the
+        retention (see the module docstring).
 
         A chunk retried after a lost connection (it may have run) is skipped by offset.
         """
-        version = self.version()
+        version = floor = self.version()
         applied = skipped = 0
         for start in range(0, len(changes), self.APPLY_CHUNK):
-            args: list[Any] = [self.retention]
+            args: list[Any] = [self.retention, floor]
             for c in changes[start : start + self.APPLY_CHUNK]:
                 op = "put" if c.record is not None else "del"
                 args += [c.source, c.offset, op, c.sub_id, c.record or ""]
@@ -444,21 +453,37 @@ class StateStore:
             if not cursor:
                 return
 
+    CHANGES_CHUNK = 10_000
+    """Change log entries asked for per ``XRANGE`` call of :meth:`change_chunks`."""
+
+    def change_chunks(self, after: int, upto: int) -> Iterator[list[Change]]:
+        """Changes ``after+1 .. upto`` in order, in lists of at most
+        :data:`CHANGES_CHUNK`: memory for one chunk, not for the whole range.
+
+        :class:`ChangeLogGapError` as soon as a change is found gone, before the chunk
+        that would lack it (the log is trimmed from its oldest end, so a reader that
+        falls behind a concurrent trim finds it at the next chunk).
+        """
+        while after < upto:
+            entries = self._call(
+                "read the change log",
+                lambda after=after: self.client.xrange(self.k_log, min=f"{after + 1}-0",
+                                                       max=f"{upto}-0", count=self.CHANGES_CHUNK),
+            )  # fmt: skip
+            chunk = [_change(entry_id, fields) for entry_id, fields in entries]
+            first, last = (chunk[0].version, chunk[-1].version) if chunk else (0, 0)
+            if (first, last) != (after + 1, after + len(chunk)):
+                raise ChangeLogGapError(
+                    f"the change log no longer holds every change after version {after} "
+                    f"up to {upto} (retention {self.retention})"
+                )
+            yield chunk
+            after = chunk[-1].version
+
     def changes(self, after: int, upto: int) -> list[Change]:
-        """Changes ``after+1 .. upto`` in order; :class:`ChangeLogGapError` if any is gone."""
-        if upto <= after:
-            return []
-        entries = self._call(
-            "read the change log",
-            lambda: self.client.xrange(self.k_log, min=f"{after + 1}-0", max=f"{upto}-0"),
-        )
-        out = [_change(entry_id, fields) for entry_id, fields in entries]
-        if len(out) != upto - after or (out and out[0].version != after + 1):
-            raise ChangeLogGapError(
-                f"change log holds {len(out)} of the {upto - after} changes after version "
-                f"{after} (retention {self.retention})"
-            )
-        return out
+        """Changes ``after+1 .. upto`` in order, in one list (see :meth:`change_chunks`);
+        :class:`ChangeLogGapError` if any is gone."""
+        return [change for chunk in self.change_chunks(after, upto) for change in chunk]
 
 
 def _text(value: bytes | str) -> str:

@@ -71,7 +71,8 @@ class ServiceConfig:
     )
     change_log_retention: int = field(
         default=200_000,
-        metadata={"help": "subscription changes kept in Redis for workers to catch up"},
+        metadata={"help": "subscription changes kept in Redis for workers to catch up "
+                          "(and always every change of the latest batch)"},
     )
     matcher: str = field(
         default="psthash", metadata={"help": "matcher kind: psthash, pstbloom or scan"}

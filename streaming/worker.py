@@ -11,10 +11,12 @@ time), each holding only the subscriptions of its shard. For each task the drive
 the subscription version of the batch; :func:`sync_index` brings the cached matcher to
 exactly that version by replaying the change log from Redis, or reloads every
 subscription from Redis (read whole, the shard's kept) when the log no longer reaches
-back far enough (first use, retention exceeded, state rebuilt); both in bulk, with one
-``add_many``, each stored subscription decoded inside a per-record barrier (one that
-cannot be decoded is left out and logged) and, should ``add_many`` itself raise, a
-rebuild one subscription at a time that leaves out only the culprits.
+back far enough (first use, a worker that missed more than the retention, state
+rebuilt); both in bulk, ``add_many`` :data:`LOAD_CHUNK` subscriptions at a time, the
+log read and the state scanned a chunk at a time, each stored subscription decoded
+inside a per-record barrier (one that cannot be decoded is left out and logged) and,
+should ``add_many`` itself raise, a rebuild one subscription at a time that leaves out
+only the culprits.
 :func:`match_batches` matches a task's events: it decodes and validates each event on
 its own inside a per-record barrier (whatever one event raises makes it a rejected
 record, the others go on), matches the valid, already flattened events with
@@ -333,12 +335,13 @@ def _reload(
     start = store.version()
     index = build_index(settings.matcher, start, store.scan, shard)
     try:
-        changes = store.changes(start, store.version())
+        caught_up = _catch_up(index, store, store.version())
     except ChangeLogGapError:
-        changes = None
-    if changes is None or (changes and not _catch_up(index, changes)):
+        caught_up = False
+    if not caught_up:
         log.info("the subscription state changed too much while it was read; reading it "
                  "again, whole")  # fmt: skip
+        del index  # never two indexes at once
         state_version, subs = store.snapshot()
         index = build_index(settings.matcher, state_version, subs.items, shard)
     if settings.snapshot_dir is not None:
@@ -369,18 +372,19 @@ def _from_snapshot(
         log.warning("ignoring the index snapshot at version %d: the state is at %d (rebuilt?)",
                     snap.version, version)  # fmt: skip
         return None
+    index = WorkerIndex(snap.matcher, snap.version, snap.heads, shard=shard)
     try:
-        changes = store.changes(snap.version - 1, version) if snap.version else []
+        last = store.changes(snap.version - 1, snap.version) if snap.version else []
+        if last and change_digest(last[0]) != snap.last_change:
+            log.warning("ignoring the index snapshot at version %d: it is of another "
+                        "state (its last change differs from the change log's)",
+                        snap.version)  # fmt: skip
+            return None
+        if not _catch_up(index, store, version):
+            return None
     except ChangeLogGapError:
         log.info("ignoring the index snapshot at version %d: the change log no longer "
                  "reaches back to it", snap.version)  # fmt: skip
-        return None
-    if snap.version and change_digest(changes[0]) != snap.last_change:
-        log.warning("ignoring the index snapshot at version %d: it is of another state "
-                    "(its last change differs from the change log's)", snap.version)  # fmt: skip
-        return None
-    index = WorkerIndex(snap.matcher, snap.version, snap.heads, shard=shard)
-    if not _catch_up(index, changes[1:] if snap.version else changes):
         return None
     log.info("loaded the index snapshot of %s at version %d and replayed %d changes",
              shard, snap.version, index.replayed)  # fmt: skip
@@ -409,18 +413,28 @@ def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerInd
              path)  # fmt: skip
 
 
-def _catch_up(index: WorkerIndex, changes: list[Change]) -> bool:
-    """Replay ``changes`` into ``index`` in bulk; False (the index is then unusable) if
-    the matcher raised."""
-    try:
-        index.apply((change.sub_id, change.record) for change in changes)
-    except Exception:
-        log.exception("replaying %d changes in bulk failed; reloading every subscription",
-                      len(changes))  # fmt: skip
-        return False
-    if changes:
-        index.version = changes[-1].version
-    index.replayed += len(changes)
+def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
+    """Replay the change log into ``index`` up to version ``upto``, read a chunk at a
+    time (:meth:`StateStore.change_chunks`) and applied in bulk :data:`LOAD_CHUNK`
+    changes at a time (a bulk insert has a fixed cost, PSTBloom's a pass over all its
+    signatures), the index's version noted after each: a catch-up of any length holds
+    one such group of changes, and in between the index is whole at its version. False
+    (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError` if the
+    log no longer reaches back to the index's version (the index stays whole at its
+    version)."""
+    pending: list[Change] = []
+    for chunk in store.change_chunks(index.version, upto):
+        pending += chunk
+        while len(pending) >= LOAD_CHUNK or (pending and pending[-1].version == upto):
+            group, pending = pending[:LOAD_CHUNK], pending[LOAD_CHUNK:]
+            try:
+                index.apply((change.sub_id, change.record) for change in group)
+            except Exception:
+                log.exception("replaying %d changes in bulk failed; reloading every "
+                              "subscription", len(group))  # fmt: skip
+                return False
+            index.version = group[-1].version
+            index.replayed += len(group)
     return True
 
 
@@ -436,15 +450,16 @@ def sync_index(settings: WorkerSettings, version: int, shard: int = 0) -> Worker
         index = _CACHE.get(key)
         if index is not None and index.version < version:
             try:
-                changes = store.changes(index.version, version)
+                if _catch_up(index, store, version):
+                    return index
             except ChangeLogGapError:
-                changes = None
-            if changes is not None and _catch_up(index, changes):
-                return index
-            # else the log has a gap, or the matcher raised (the index is half updated
-            # but still behind ``version``): reload
+                pass  # the log no longer reaches back to the index: reload
+            # else the matcher raised, and the index is half updated: reload
         if index is None or index.version != version:
             reloads = index.reloads + 1 if index is not None else 1
+            # dropped before the reload: a worker never holds the old and the new index
+            _CACHE.pop(key, None)
+            index = None
             index = _reload(settings, store, version, Shard(shard, settings.shards))
             index.reloads = reloads
             if index.version != version:

@@ -94,13 +94,45 @@ def test_big_batches_are_applied_in_chunks(store: StateStore) -> None:
 
 
 def test_a_trimmed_log_reports_a_gap(store: StateStore) -> None:
-    store.apply([put(i, f"s{i % 7}") for i in range(120)])  # retention is 50
+    for start in range(0, 120, 30):  # four micro-batches; the retention is 50
+        store.apply([put(i, f"s{i % 7}") for i in range(start, start + 30)])
     assert store.version() == 120
     assert len(store.changes(70, 120)) == 50
     with pytest.raises(ChangeLogGapError):
         store.changes(10, 120)
     version, subs = store.snapshot()
     assert version == 120 and sorted(subs) == [f"s{i}" for i in range(7)]
+
+
+def test_the_log_keeps_every_change_of_the_latest_apply_past_the_retention(
+    store: StateStore,
+) -> None:
+    """A micro-batch of more changes than the retention (50) stays in the log whole, so
+    the workers catch up to it; the next apply trims the log back to the retention."""
+    store.apply([put(i, f"s{i}") for i in range(10)])
+    store.apply([put(i, f"s{i % 7}") for i in range(10, 130)])  # in one batch: 120 changes
+    assert [c.version for c in store.changes(10, 130)] == list(range(11, 131))
+    with pytest.raises(ChangeLogGapError):
+        store.changes(9, 130)
+    store.apply([put(130, "t")])
+    assert len(store.changes(81, 131)) == 50
+    with pytest.raises(ChangeLogGapError):
+        store.changes(80, 131)
+
+
+def test_the_log_is_read_a_chunk_at_a_time_and_a_trim_meanwhile_is_a_gap(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
+    store.apply([put(i, f"s{i % 5}") for i in range(40)])
+    chunks = store.change_chunks(3, 40)
+    assert [len(chunk) for chunk in chunks] == [7, 7, 7, 7, 7, 2]
+    assert [c.version for c in store.changes(3, 40)] == list(range(4, 41))
+    chunks = store.change_chunks(0, 40)
+    assert [c.version for c in next(chunks)] == list(range(1, 8))
+    store.apply([put(40 + i, "late") for i in range(60)])  # trims 1..49 (retention 50)
+    with pytest.raises(ChangeLogGapError, match="after version 7 up to 40"):
+        next(chunks)
 
 
 def test_rebuild_replaces_everything_and_breaks_the_log(store: StateStore) -> None:

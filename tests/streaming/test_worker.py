@@ -9,8 +9,10 @@ the task fails."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import uuid
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -148,6 +150,55 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     assert matches(index) == expected(exprs)
 
 
+def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_time(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The change log keeps a whole micro-batch past the retention (100 here): the worker
+    replays its 150 changes, read 7 at a time and applied 20 at a time, instead of
+    reading every subscription again."""
+    settings, store = state
+    monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
+    monkeypatch.setattr(worker, "LOAD_CHUNK", 20)
+    exprs = {f"s{i}": f"a >= {i % 5}" for i in range(30)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    index = worker.sync_index(settings, 30)
+    batch = {30 + i: (f"s{i % 90}", f"b = '{'xy'[i % 2]}' and a < {i % 6}") for i in range(150)}
+    store.apply([put(offset, sid, e) for offset, (sid, e) in batch.items()])
+    exprs |= dict(batch.values())
+    calls = Calls(monkeypatch, settings.matcher)
+    same = worker.sync_index(settings, 180)
+    assert same is index and index.reloads == 1 and index.replayed == 150
+    assert calls.add_many == 8  # a bulk add per group: 150 = 7 * 20 + 10
+    index.check()
+    assert set(index.matcher) == set(exprs)
+    assert matches(index) == expected(exprs)
+
+
+def test_a_reload_drops_the_old_index_first(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker whose index the change log no longer reaches back to never holds the old
+    index and the new one at once: the old one is freed before the new one is built."""
+    settings, store = state
+    store.apply([put(i, f"s{i}", "a = 1") for i in range(10)])
+    old = weakref.ref(worker.sync_index(settings, 10))
+    for start in (10, 120):  # two batches of 110 changes: the log keeps the second only
+        store.apply([put(i, f"s{i % 40}", f"a = {i % 3}") for i in range(start, start + 110)])
+    old_alive: list[bool] = []
+    build_index = worker.build_index
+
+    def observed(*args: Any) -> worker.WorkerIndex:
+        gc.collect()
+        old_alive.append(old() is not None)
+        return build_index(*args)
+
+    monkeypatch.setattr(worker, "build_index", observed)
+    new = worker.sync_index(settings, 230)
+    assert old_alive == [False] and new.reloads == 2 and new.version == 230
+    new.check()
+    assert matches(new) == expected({f"s{i % 40}": f"a = {i % 3}" for i in range(10, 230)})
+
+
 def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -180,14 +231,16 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
 def scan_with_writes(
     store: StateStore, monkeypatch: pytest.MonkeyPatch, after: int, writes: list[SourceChange]
 ) -> None:
-    """Make the worker's reload scan apply ``writes`` to Redis once it has given
-    ``after`` subscriptions: changes that land while a reload reads the state."""
+    """Make the worker's reload scan apply ``writes`` to Redis, each its own micro-batch,
+    once it has given ``after`` subscriptions: changes that land while a reload reads
+    the state."""
     scan = StateStore.scan
 
     def interleaved(self: StateStore) -> Iterator[tuple[str, str]]:
         for n, item in enumerate(scan(self)):
             if n == after:
-                store.apply(writes)
+                for write in writes:
+                    store.apply([write])
             yield item
 
     monkeypatch.setattr(StateStore, "scan", interleaved)
