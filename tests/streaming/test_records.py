@@ -9,12 +9,14 @@ import json
 import pickle
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from index import make_matcher
 from index.events import MAX_DEPTH, flatten_event
+from streaming import worker
 from streaming.errors import ConfigError
 from streaming.records import (
     MAX_NESTING,
@@ -39,7 +41,7 @@ from streaming.records import (
     rejected_value,
     subscription_value,
 )
-from streaming.worker import TaskMetrics, WorkerIndex, WorkerSettings, match_rows
+from streaming.worker import OUTPUT_SCHEMA, TaskMetrics, WorkerIndex, WorkerSettings, match_rows
 
 
 def code_of(call: Any, *args: Any) -> str:
@@ -340,6 +342,13 @@ def indexed(**subs: str) -> WorkerIndex:
     return index
 
 
+def records_of(index: WorkerIndex, rows: list[tuple[Any, ...]], metrics: TaskMetrics
+               ) -> dict[str, list[Any]]:  # fmt: skip
+    """Every output record of ``match_rows``, as columns."""
+    return pa.Table.from_batches(list(match_rows(index, SETTINGS, rows, metrics)),
+                                 OUTPUT_SCHEMA).to_pydict()  # fmt: skip
+
+
 def test_notifications_decode_to_what_was_matched() -> None:
     index = indexed(s1="price < 10")
     metrics = TaskMetrics()
@@ -348,7 +357,7 @@ def test_notifications_decode_to_what_was_matched() -> None:
         (None, b'{"price": 50}', "events", 0, 4, 1001),
         (None, b"{bad", "events", 1, 0, 1002),
     ]
-    records = match_rows(index, SETTINGS, rows, metrics).to_pydict()
+    records = records_of(index, rows, metrics)
     topics, keys, values = records["topic"], records["key"], records["value"]
     out = {t: (k, v) for t, k, v in zip(topics, keys, values, strict=True)}
     assert sorted(topics) == ["notif", "rej"]
@@ -364,6 +373,37 @@ def test_notifications_decode_to_what_was_matched() -> None:
     assert metrics.samples == ["events/1/0 invalid_json: the value is not valid JSON: "
                                "Expecting property name enclosed in double quotes: line 1 "
                                "column 2 (char 1)"]  # fmt: skip
+
+
+def test_notification_records_are_assembled_a_chunk_at_a_time_as_they_are_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two events matching 4 subscriptions each: 8 notifications in chunks of 3, each
+    assembled only once the one before it was taken; then the reject."""
+    monkeypatch.setattr(worker, "RECORDS_CHUNK", 3)
+    assembled: list[int] = []
+    records = worker.notification_records
+
+    def counted(*args: Any) -> list[pa.RecordBatch]:
+        assembled.append(len(args[2]))
+        return records(*args)
+
+    monkeypatch.setattr(worker, "notification_records", counted)
+    index = indexed(**{f"s{i}": f"a >= {i}" for i in range(6)})
+    rows = [(b"e1", b'{"a": 3}', "ev", 0, 0, 1), (None, b"[", "ev", 0, 1, 2),
+            (b"e2", b'{"a": 3}', "ev", 0, 2, 3)]  # fmt: skip
+    metrics = TaskMetrics()
+    batches = match_rows(index, SETTINGS, rows, metrics)
+    first = next(batches)
+    assert assembled == [3] and first.num_rows == 3
+    rest = list(batches)
+    assert assembled == [3, 3, 2] and [b.num_rows for b in rest] == [3, 2, 1]
+    table = pa.Table.from_batches([first, *rest], OUTPUT_SCHEMA).to_pydict()
+    assert table["topic"] == ["notif"] * 8 + ["rej"]
+    notified = [(parse_notification(v).event_id, k) for k, v in
+                zip(table["key"][:8], table["value"][:8], strict=True)]  # fmt: skip
+    assert sorted(notified) == [(e, f"s{i}".encode()) for e in ("e1", "e2") for i in range(4)]
+    assert (metrics.events, metrics.notifications, metrics.rejected) == (3, 8, 1)
 
 
 def test_the_notification_encoder_is_one_head_per_subscription_and_one_tail_per_event() -> None:
@@ -405,7 +445,7 @@ def test_an_event_the_matcher_fails_on_is_rejected_and_the_others_are_matched() 
     metrics = TaskMetrics()
     rows = [(b"e1", b'{"a": 1}', "ev", 0, 0, 1), (b"e2", b'{"a": 2, "boom": 1}', "ev", 0, 1, 1),
             (b"e3", b'{"a": 3}', "ev", 0, 2, 1)]  # fmt: skip
-    records = match_rows(index, SETTINGS, rows, metrics).to_pydict()
+    records = records_of(index, rows, metrics)
     topics, keys, values = records["topic"], records["key"], records["value"]
     assert sorted(zip(topics, keys, strict=True)) == [("notif", b"s1"), ("notif", b"s1"),
                                                       ("rej", b"e2")]  # fmt: skip
