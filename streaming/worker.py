@@ -462,7 +462,8 @@ def sync_index(settings: WorkerSettings, version: int, shard: int = 0) -> Worker
             # else the matcher raised, and the index is half updated: reload
         if index is None or index.version != version:
             reloads = index.reloads + 1 if index is not None else 1
-            # dropped before the reload: a worker never holds the old and the new index
+            # both references dropped before the reload starts (``index`` is rebound only
+            # once it returns): a worker never holds the old and the new index at once
             _CACHE.pop(key, None)
             index = None
             index = _reload(settings, store, version, Shard(shard, settings.shards))
