@@ -152,6 +152,7 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
 
 def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_time(
     state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The change log keeps a whole micro-batch past the retention (100 here): the worker
     replays its 150 changes, read 7 at a time and applied 20 at a time, instead of
@@ -166,9 +167,15 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     store.apply([put(offset, sid, e) for offset, (sid, e) in batch.items()])
     exprs |= dict(batch.values())
     calls = Calls(monkeypatch, settings.matcher)
+    caplog.set_level(logging.INFO, logger=worker.log.name)
     same = worker.sync_index(settings, 180)
     assert same is index and index.reloads == 1 and index.replayed == 150
     assert calls.add_many == 8  # a bulk add per group: 150 = 7 * 20 + 10
+    progress = [r.getMessage() for r in caplog.records if "replayed" in r.getMessage()]
+    assert len(progress) == 8
+    assert progress[0] == ("shard 0 of 1: replayed 20 of the 150 changes after version 30 "
+                           "(now at 50)")  # fmt: skip
+    assert progress[-1].endswith("replayed 150 of the 150 changes after version 30 (now at 180)")
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
