@@ -40,8 +40,13 @@ from index.events import FlatEvent
 from index.language import Conjunct, Subscription
 from index.matcher import Matcher, MatcherStats
 
-WORK_BUDGET = 1 << 22
-"""Work (candidate pairs, hits, counter cells) one chunk should do: 32 MiB per column."""
+WORK_BUDGET = 1 << 20
+"""Work (candidate pairs, hits, counter cells) one chunk should do: 8 MiB per column. A
+chunk's columns, not the batch, set what matching allocates: for 2,000 BE-Gen events on
+1M subscriptions, the most allocated at once (``tracemalloc``) was 94 MiB for PSTBloom
+and 69 MiB for PSTHash at this budget, 361 and 190 MiB at four times it, for the same
+CPU time within this machine's noise (3.4-3.7 against 3.6-3.7 s, 1.1-1.3 against
+1.4-1.5 s), measured on 2026-11-27 (docs/bench-streaming.md)."""
 CELL_BUDGET = 1 << 22
 """Most cells of a chunk's dense per-event tables (16 MiB of int32)."""
 FIRST_CHUNK = 16
