@@ -81,6 +81,7 @@ def output_records(topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]
                                        "value": [value for _, value in pairs]},
                                       schema=OUTPUT_SCHEMA)  # fmt: skip
 
+
 MAX_SAMPLES = 3
 """Rejects described (position, code, reason) per batch in the log; the rest are counted."""
 SAMPLE_CHARS = 200
@@ -379,8 +380,8 @@ def _from_snapshot(
         return None
     index = WorkerIndex(snap.matcher, snap.version, snap.heads, shard=shard)
     try:
-        last = store.changes(snap.version - 1, snap.version) if snap.version else []
-        if last and change_digest(last[0]) != snap.last_change:
+        last = _change_at(store, snap.version)
+        if last is not None and change_digest(last) != snap.last_change:
             log.warning("ignoring the index snapshot at version %d: it is of another "
                         "state (its last change differs from the change log's)",
                         snap.version)  # fmt: skip
@@ -396,12 +397,19 @@ def _from_snapshot(
     return index
 
 
+def _change_at(store: StateStore, version: int) -> Change | None:
+    """The change log's entry at ``version``, what identifies the state a snapshot is of
+    (None at version 0: right after ``rebuild-state`` there is none);
+    :class:`ChangeLogGapError` if the log no longer holds it."""
+    return store.changes(version - 1, version)[0] if version else None
+
+
 def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerIndex) -> None:
     """Save ``index`` as the snapshot, identified by the change log's entry at its
     version (none right after ``rebuild-state``: then no snapshot is written)."""
     assert settings.snapshot_dir is not None
     try:
-        last = store.changes(index.version - 1, index.version)[0] if index.version else None
+        last = _change_at(store, index.version)
     except ChangeLogGapError:
         log.info("no index snapshot written: the change log has no entry at version %d",
                  index.version)  # fmt: skip
@@ -430,7 +438,7 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     subscriptions a group takes about 15 s)."""
     pending: list[Change] = []
     start = index.version
-    for chunk in store.change_chunks(index.version, upto):
+    for chunk in store.change_chunks(start, upto):
         pending += chunk
         while len(pending) >= LOAD_CHUNK or (pending and pending[-1].version == upto):
             group, pending = pending[:LOAD_CHUNK], pending[LOAD_CHUNK:]
@@ -512,7 +520,7 @@ def match_rows(
     """
     t0 = time.perf_counter()
     cpu0 = time.thread_time()  # read within [t0, t2]: the CPU time never exceeds that wall
-    rejects: dict[str, list[object]] = {"topic": [], "key": [], "value": []}
+    rejects: list[tuple[bytes | None, bytes]] = []
     positions: list[tuple[bytes | None, bytes | None, str, int, int]] = []
     flat_events: list[FlatEvent] = []
     tails: list[bytes] = []
@@ -521,9 +529,8 @@ def match_rows(
 
     def reject(error: RecordError, key: bytes | None, value: bytes | None, topic: str,
                partition: int, offset: int) -> None:  # fmt: skip
-        rejects["topic"].append(settings.rejected_topic)
-        rejects["key"].append(rejected_key(key))
-        rejects["value"].append(rejected_value(error, topic, partition, offset, key, value))
+        rejects.append((rejected_key(key),
+                        rejected_value(error, topic, partition, offset, key, value)))
         metrics.reject(error, topic, partition, offset)
 
     n = 0
@@ -560,8 +567,8 @@ def match_rows(
         metrics.cpu_s += time.thread_time() - cpu3
         metrics.encode_s += time.perf_counter() - t3
         yield from notifications
-    if rejects["topic"]:
-        yield pa.RecordBatch.from_pydict(rejects, schema=OUTPUT_SCHEMA)
+    if rejects:
+        yield output_records(settings.rejected_topic, rejects)
 
 
 def notification_records(
