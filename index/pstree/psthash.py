@@ -71,29 +71,28 @@ class PSTHashMatcher(ForestMatcher):
         side = inserted.near_full(0)
         self.side.add(store.pred_tree.data[store.pred_start.data[cids[side]]].astype(np.int64),
                       cids[side].astype(np.int32))
-        first_cid, first_sid = inserted.covered(0, ~side)
-        second_cid, second_sid = inserted.covered(1, ~side & ~inserted.near_full(1))
-        # covered() lists conjuncts in storage order, so each conjunct's spaces are
-        # contiguous: count them per conjunct to form the cross products.
-        n_first = _count_per(first_cid, cids)
-        n_second = _count_per(second_cid, cids)
+        # Counted before they are listed: only a hashed conjunct's second spaces are
+        # (at most MAX_KEYS each). Listing every conjunct's, those of wide ranges bound
+        # for the fallback lists included, was the peak of a bulk load's memory.
+        n_first = inserted.covered_count(0, ~side)
+        n_second = inserted.covered_count(1, ~side & ~inserted.near_full(1))
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
         self.hashed.put(cids, hashed)
+        first_cid, first_sid = inserted.covered(0, ~side)
+        second_cid, second_sid = inserted.covered(1, hashed)
         start = store.pred_start.data[cids[hashed]]
         self._add_tree_pairs(store.pred_tree.data[start], store.pred_tree.data[start + 1])
-        start_first = np.cumsum(n_first) - n_first
-        start_second = np.cumsum(n_second) - n_second
         h = np.flatnonzero(hashed)
+        # covered() lists each conjunct's spaces in one run, the conjuncts in cids' order.
+        start_first = (np.cumsum(n_first) - n_first)[h]
+        start_second = np.cumsum(n_second[h]) - n_second[h]
         owner, index = expand_ranges(np.zeros(len(h), np.int64), n_first[h] * n_second[h])
         i, j = np.divmod(index, n_second[h][owner])
-        keys = pair_key(first_sid[start_first[h][owner] + i],
-                        second_sid[start_second[h][owner] + j])
+        keys = pair_key(first_sid[start_first[owner] + i], second_sid[start_second[owner] + j])
         self.table.add(keys, cids[h][owner].astype(np.int32))
-        in_hash = hashed[_position_in(first_cid, cids)]
-        in_hash_second = hashed[_position_in(second_cid, cids)]
-        self.access.add(np.concatenate([first_sid[in_hash], second_sid[in_hash_second]]),
-                        np.concatenate([first_cid[in_hash],
-                                        second_cid[in_hash_second]]).astype(np.int32))
+        in_hash = np.repeat(hashed, n_first)
+        self.access.add(np.concatenate([first_sid[in_hash], second_sid]),
+                        np.concatenate([first_cid[in_hash], second_cid]).astype(np.int32))
         fallback_cid = first_cid[~in_hash]
         self.fallback.add(fallback_key(first_sid[~in_hash], self._second_tree(fallback_cid)),
                           fallback_cid.astype(np.int32))
@@ -261,17 +260,6 @@ class PSTHashMatcher(ForestMatcher):
         owner_b, partner_b = s[o[hit]], j[hit]
         return (order[np.concatenate([owner_a, owner_b])],
                 order[np.concatenate([partner_a, partner_b])])
-
-
-def _position_in(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
-    """Index in ``cids`` (distinct) of each of ``values``."""
-    order = np.argsort(cids)
-    return order[np.searchsorted(cids[order], values)]
-
-
-def _count_per(values: np.ndarray, cids: np.ndarray) -> np.ndarray:
-    """How many times each of ``cids`` (distinct) occurs in ``values``."""
-    return np.bincount(_position_in(values, cids), minlength=len(cids))
 
 
 def _tree_pair(tree_a: np.ndarray, tree_b: np.ndarray) -> np.ndarray:

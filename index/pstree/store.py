@@ -521,10 +521,21 @@ class InsertedConjuncts:
         return np.bincount(owner, weights=self.iv_covered_count[ivs],
                            minlength=len(preds)).astype(np.int64)
 
+    def covered_count(self, k: int, among: np.ndarray) -> np.ndarray:
+        """Per conjunct: how many spaces its k-th predicate covers (0 outside the mask
+        ``among``, or without a k-th predicate), the lengths of :meth:`covered`'s runs
+        without listing them. O(predicates + intervals)."""
+        preds = np.flatnonzero(self.pred_k == k)
+        preds = preds[among[self.pred_conj[preds]]]
+        count = np.zeros(len(self.cids), dtype=np.int64)
+        count[self.pred_conj[preds]] = self._cover(preds)
+        return count
+
     def covered(self, k: int, among: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray]:
         """(cid, space id) for every space covered by each conjunct's k-th predicate,
-        for the conjuncts of the mask ``among`` (default: all)."""
+        for the conjuncts of the mask ``among`` (default: all): each conjunct's spaces
+        in one run, the conjuncts in the order of ``cids``. O(the spaces listed)."""
         preds = np.flatnonzero(self.pred_k == k)
         if among is not None:
             preds = preds[among[self.pred_conj[preds]]]
