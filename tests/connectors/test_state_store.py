@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from redis._parsers import _HiredisParser
 
 from connectors.local import LocalServices
 from connectors.state import ChangeLogGapError, SourceChange, StateStore
@@ -133,6 +134,19 @@ def test_the_log_is_read_a_chunk_at_a_time_and_a_trim_meanwhile_is_a_gap(
     store.apply([put(40 + i, "late") for i in range(60)])  # trims 1..49 (retention 50)
     with pytest.raises(ChangeLogGapError, match="after version 7 up to 40"):
         next(chunks)
+
+
+def test_replies_are_parsed_in_c_by_hiredis(store: StateStore) -> None:
+    """A worker catching up reads the change log whole: redis-py's reply parser in C
+    (hiredis, a dependency it picks up) read 100,000 changes in 0.7-1.0 s of CPU, its
+    Python one in 2.5-3.3 s."""
+    store.apply([put(0, "s0")])
+    assert [c.sub_id for c in store.changes(0, 1)] == ["s0"]
+    connection = store.client.connection_pool.get_connection()
+    try:
+        assert isinstance(connection._parser, _HiredisParser)
+    finally:
+        store.client.connection_pool.release(connection)
 
 
 def test_rebuild_replaces_everything_and_breaks_the_log(store: StateStore) -> None:
