@@ -4,10 +4,11 @@ Owns the storage behind PSTBloom's subscription lists (space id -> conjuncts) an
 PSTHash's hash table (2-dim space id -> conjuncts). A sorted *main* part in CSR form
 (unique keys, offsets, values) answers a whole batch of lookups with one
 ``searchsorted``; new entries go to an unsorted *delta* that is sorted lazily and merged
-into main once it holds more than an eighth of the entries. The merge sorts only the
-delta and interleaves it with main's sorted columns (O(n + d log d), main's keys never
-expanded per entry), so a bulk build of n entries costs amortised O(log d) per entry and
-its temporaries stay about the size of main's values. Entries are never removed one by
+into main once it holds more than a sixteenth of main's entries (:data:`MERGE_FRACTION`).
+The merge sorts only the delta and interleaves it with main's sorted columns
+(O(n + d log d), main's keys never expanded per entry), so a bulk build of n entries
+costs amortised O(MERGE_FRACTION + log d) per entry and its temporaries are a few words
+per delta entry. Entries are never removed one by
 one: the owner marks values dead and calls :meth:`compact` with a filter, which rewrites
 everything in O(n).
 
@@ -41,7 +42,15 @@ KeyFilterFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (query index, key) of the keys a range lookup finds to a mask of those to read."""
 
 MERGE_MIN = 4096
-"""Delta entries that always wait for a merge (beyond it, an eighth of main's)."""
+"""Delta entries that always wait for a merge (beyond it, :data:`MERGE_FRACTION`)."""
+MERGE_FRACTION = 16
+"""The delta is merged once it holds more than main's entries over this. The delta's
+sort and the merge's temporaries, a few words per delta entry, are the peak of a bulk
+build: a worker's catch-up of 1M BE-Gen subscriptions into PSTHash (23.3M hash table
+entries) peaked at 1,583-1,593 MiB with an eighth, 1,464-1,472 MiB with a sixteenth or
+a 32nd, in the same time within this machine's noise (PSTBloom's, 1,033-1,045 MiB
+either way, peaks elsewhere; docs/bench-streaming.md). Each entry then moves about this
+many times in a bulk build."""
 BITS_PER_KEY = 8
 """Bits of the key filter per distinct key: about 1 missing query in 8 gets through."""
 _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: spreads nearby keys
@@ -119,7 +128,7 @@ class MultiMap:
         self._delta_keys.extend(keys)
         self._delta_values.extend(values)
         self._delta_sorted = None
-        if len(self._delta_keys) > max(MERGE_MIN, len(self._values) // 8):
+        if len(self._delta_keys) > max(MERGE_MIN, len(self._values) // MERGE_FRACTION):
             self._merge_delta()
         else:
             self._filter.add(keys)
