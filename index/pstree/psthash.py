@@ -71,9 +71,9 @@ class PSTHashMatcher(ForestMatcher):
         side = inserted.near_full(0)
         self.side.add(store.pred_tree.data[store.pred_start.data[cids[side]]].astype(np.int64),
                       cids[side].astype(np.int32))
-        # Counted before they are listed: only a hashed conjunct's second spaces are
-        # (at most MAX_KEYS each). Listing every conjunct's, those of wide ranges bound
-        # for the fallback lists included, was the peak of a bulk load's memory.
+        # Counted first, so that only the hashed conjuncts' second spaces are listed (at
+        # most MAX_KEYS each): listing every conjunct's, wide ranges bound for the
+        # fallback lists included, only to count them was a bulk insert's memory peak.
         n_first = inserted.covered_count(0, ~side)
         n_second = inserted.covered_count(1, ~side & ~inserted.near_full(1))
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)

@@ -138,7 +138,7 @@ def test_the_log_is_read_a_chunk_at_a_time_and_a_trim_meanwhile_is_a_gap(
 
 def test_replies_are_parsed_in_c_by_hiredis(store: StateStore) -> None:
     """A worker catching up reads the change log whole: redis-py's reply parser in C
-    (hiredis, a dependency it picks up) read 100,000 changes in 0.7-1.0 s of CPU, its
+    (hiredis, a dependency it picks up) read 100,000 changes in 0.7-1.1 s of CPU, its
     Python one in 2.5-3.3 s."""
     store.apply([put(0, "s0")])
     assert [c.sub_id for c in store.changes(0, 1)] == ["s0"]
