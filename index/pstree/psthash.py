@@ -83,11 +83,12 @@ class PSTHashMatcher(ForestMatcher):
         start = store.pred_start.data[cids[hashed]]
         self._add_tree_pairs(store.pred_tree.data[start], store.pred_tree.data[start + 1])
         h = np.flatnonzero(hashed)
+        n_second_h = n_second[h]
         # covered() lists each conjunct's spaces in one run, the conjuncts in cids' order.
         start_first = (np.cumsum(n_first) - n_first)[h]
-        start_second = np.cumsum(n_second[h]) - n_second[h]
-        owner, index = expand_ranges(np.zeros(len(h), np.int64), n_first[h] * n_second[h])
-        i, j = np.divmod(index, n_second[h][owner])
+        start_second = np.cumsum(n_second_h) - n_second_h
+        owner, index = expand_ranges(np.zeros(len(h), np.int64), n_first[h] * n_second_h)
+        i, j = np.divmod(index, n_second_h[owner])
         keys = pair_key(first_sid[start_first[owner] + i], second_sid[start_second[owner] + j])
         self.table.add(keys, cids[h][owner].astype(np.int32))
         in_hash = np.repeat(hashed, n_first)

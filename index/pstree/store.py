@@ -522,10 +522,16 @@ class InsertedConjuncts:
     def near_full(self, k: int) -> np.ndarray:
         """Per conjunct: its k-th predicate covers nearly its whole tree (False when it
         has no k-th predicate); see :func:`near_full`."""
-        preds = np.flatnonzero(self.pred_k == k)
+        preds = self._kth(k)
         mask = np.zeros(len(self.cids), dtype=bool)
         mask[self.pred_conj[preds]] = near_full(self._cover(preds), self.pred_uncovered[preds])
         return mask
+
+    def _kth(self, k: int, among: np.ndarray | None = None) -> np.ndarray:
+        """The k-th predicate in access order of each conjunct of the mask ``among``
+        (default: all) that has one, in storage order."""
+        preds = np.flatnonzero(self.pred_k == k)
+        return preds if among is None else preds[among[self.pred_conj[preds]]]
 
     def _cover(self, preds: np.ndarray) -> np.ndarray:
         owner, ivs = expand_ranges(self.pred_iv_first[preds], self.pred_iv_count[preds])
@@ -536,8 +542,7 @@ class InsertedConjuncts:
         """Per conjunct: how many spaces its k-th predicate covers (0 outside the mask
         ``among``, or without a k-th predicate), the lengths of :meth:`covered`'s runs
         without listing them. O(predicates + intervals)."""
-        preds = np.flatnonzero(self.pred_k == k)
-        preds = preds[among[self.pred_conj[preds]]]
+        preds = self._kth(k, among)
         count = np.zeros(len(self.cids), dtype=np.int64)
         count[self.pred_conj[preds]] = self._cover(preds)
         return count
@@ -547,9 +552,7 @@ class InsertedConjuncts:
         """(cid, space id) for every space covered by each conjunct's k-th predicate,
         for the conjuncts of the mask ``among`` (default: all): each conjunct's spaces
         in one run, the conjuncts in the order of ``cids``. O(the spaces listed)."""
-        preds = np.flatnonzero(self.pred_k == k)
-        if among is not None:
-            preds = preds[among[self.pred_conj[preds]]]
+        preds = self._kth(k, among)
         iv_owner, ivs = expand_ranges(self.pred_iv_first[preds], self.pred_iv_count[preds])
         owner, positions = expand_ranges(self.iv_covered_start[ivs], self.iv_covered_count[ivs])
         return self.cids[self.pred_conj[preds][iv_owner][owner]], self.layout[positions]

@@ -133,7 +133,7 @@ def test_a_wide_second_predicate_builds_in_linear_memory(name: str) -> None:
     peak = _peak(lambda: matcher.add_many(parsed))
     assert peak <= 16 * 1024 * n, (name, peak)
     matcher.check()
-    assert sorted(map(str, matcher.match({"a": 5, "b": 7}))) == ["5", "b7"]
+    assert matcher.match({"a": 5, "b": 7}) == {5, "b7"}
     assert matcher.match({"a": 5, "b": 2000}) == {"b2000"}
 
 
