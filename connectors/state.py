@@ -12,7 +12,8 @@ This module owns every Redis key the service writes (all under one prefix, defau
     change.
 ``<prefix>log``
     a Redis stream whose entry ``<v>-0`` is the *v*-th change (``op`` = ``put`` with
-    ``id`` and ``rec``, or ``del`` with ``id``). Trimmed to the last
+    ``id``, ``rec`` and, unless too large, ``nf``, the expression's normal form, so that
+    the workers need not parse it again; or ``del`` with ``id``). Trimmed to the last
     ``retention`` changes, but never within the changes of the latest
     :meth:`StateStore.apply` (the driver applies one micro-batch per call): the workers
     catch up to every batch from the log however many changes it had, instead of
@@ -145,13 +146,16 @@ def redis_retry_stats() -> RedisRetryStats:
 class SourceChange:
     """A subscription change read from Kafka, to be applied to the state.
 
-    ``record`` is the JSON text of the subscription for a put, ``None`` for a delete.
+    ``record`` is the JSON text of the subscription for a put, ``None`` for a delete;
+    ``normal_form`` the text of its expression's DNF (see
+    :attr:`streaming.records.SubscriptionChange.normal_form`), for the change log only.
     """
 
     source: str  # "<topic>:<partition>"
     offset: int
     sub_id: str
     record: str | None
+    normal_form: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,7 @@ class Change:
     op: Literal["put", "del"]
     sub_id: str
     record: str | None
+    normal_form: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +190,8 @@ while i <= #ARGV do
   local op = ARGV[i + 2]
   local id = ARGV[i + 3]
   local rec = ARGV[i + 4]
-  i = i + 5
+  local nf = ARGV[i + 5]
+  i = i + 6
   if last[src] == nil then
     last[src] = tonumber(redis.call('HGET', KEYS[4], src) or '-1')
   end
@@ -194,7 +200,11 @@ while i <= #ARGV do
     if op == 'put' then
       redis.call('HSET', KEYS[1], id, rec)
       v = v + 1
-      redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec)
+      if nf == '' then
+        redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec)
+      else
+        redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec, 'nf', nf)
+      end
       applied = applied + 1
     elseif redis.call('HDEL', KEYS[1], id) == 1 then
       v = v + 1
@@ -369,7 +379,7 @@ class StateStore:
             args: list[Any] = [self.retention, floor]
             for c in changes[start : start + self.APPLY_CHUNK]:
                 op = "put" if c.record is not None else "del"
-                args += [c.source, c.offset, op, c.sub_id, c.record or ""]
+                args += [c.source, c.offset, op, c.sub_id, c.record or "", c.normal_form or ""]
             version, a, s = self._call(
                 "apply subscription changes",
                 lambda args=args: self._apply(keys=self._keys, args=args),
@@ -494,4 +504,6 @@ def _change(entry_id: bytes | str, fields: Mapping[Any, Any]) -> Change:
     f = {_text(k): _text(v) for k, v in fields.items()}
     version = int(_text(entry_id).split("-", 1)[0])
     op = "put" if f["op"] == "put" else "del"
-    return Change(version, op, f["id"], f.get("rec") if op == "put" else None)
+    if op == "del":
+        return Change(version, op, f["id"], None)
+    return Change(version, op, f["id"], f.get("rec"), f.get("nf"))

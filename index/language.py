@@ -16,6 +16,10 @@ Owns everything between the text a user types and the conjuncts an index stores:
   conjunction of comparisons on distinct attributes goes straight to its one conjunct
   (:meth:`_Normaliser.conjunction`).
 
+The normal form has a text form too, JSON (:func:`dump_normal_form`,
+:func:`load_normal_form`): the service parses a subscription once, on its way in, and its
+workers load the normal form from that text at about a third of the cost of a parse.
+
 A normalised predicate is a union of disjoint intervals over one value kind (numbers,
 strings or booleans) plus, for strings, residual ``like`` patterns that are not intervals
 (suffix and contains). Every operator maps onto that shape, which is what lets one
@@ -33,6 +37,7 @@ past a limit, :class:`index.errors.ExpressionLimitError`.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable
@@ -40,6 +45,8 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 from itertools import product
 from operator import attrgetter
+
+import orjson
 
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
 
@@ -800,15 +807,21 @@ class Conjunct:
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
-    """A parsed subscription: its text, its expression tree and its DNF."""
+    """A parsed subscription: its text and its DNF, what matchers index."""
 
     text: str
-    expression: Expression
     conjuncts: tuple[Conjunct, ...]
 
     def evaluate(self, event: dict[str, Value]) -> bool:
         """True when some conjunct is true on the flattened event. Cost O(predicates)."""
         return any(c.evaluate(event) for c in self.conjuncts)
+
+    @property
+    def expression(self) -> Expression:
+        """The expression tree of :attr:`text`, parsed again: no matcher keeps it, and a
+        subscription loaded from its normal form (:func:`load_normal_form`) never had
+        it. Cost O(len(text))."""
+        return parse_expression(self.text)
 
     @property
     def predicate_count(self) -> int:
@@ -1180,4 +1193,90 @@ def parse_subscription(text: str) -> Subscription:
             "split it into several subscriptions",
             text,
         )
-    return Subscription(text, expression, conjuncts)
+    return Subscription(text, conjuncts)
+
+
+# --------------------------------------------------------------------------- normal form as text
+#
+# [conjunct, ...]; a conjunct is [predicate, ...]; a predicate is
+# [attribute, kind, [lo, lo_closed, hi, hi_closed, ...]] and, with patterns, a fourth item
+# [[form, text, negated], ...]. JSON, for the change log: the driver parses each
+# subscription once and the workers read this instead of parsing it again.
+
+_KINDS = tuple(Kind)
+_BOUND_TYPES = {Kind.NUMBER: frozenset({int, float, type(None)}),
+                Kind.STRING: frozenset({str, type(None)}),
+                Kind.BOOL: frozenset({bool, type(None)})}  # fmt: skip
+
+
+def dump_normal_form(subscription: Subscription) -> str:
+    """The DNF of ``subscription`` as JSON text (decoder :func:`load_normal_form`).
+
+    Cost O(size of the normal form): orjson writes it, the standard library (ASCII
+    escapes) when a string holds a lone surrogate, which orjson refuses.
+    """
+    form = [[[p.attribute, int(p.kind),
+              [x for iv in p.intervals for x in (iv.lo, iv.lo_closed, iv.hi, iv.hi_closed)],
+              *([[[q.form, q.text, q.negated] for q in p.patterns]] if p.patterns else ())]
+             for p in c.predicates] for c in subscription.conjuncts]  # fmt: skip
+    try:
+        return orjson.dumps(form).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(form, separators=(",", ":"))
+
+
+def load_normal_form(text: str, form: str) -> Subscription:
+    """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
+    without parsing ``text``: about a third of :func:`parse_subscription`'s cost for a
+    conjunction of comparisons (13 against 35-50 µs for a BE-Gen subscription).
+
+    The shape and the kinds of the values are checked (:class:`ExpressionError` if
+    they are wrong), not that the intervals are sorted and disjoint: the form must come
+    from :func:`dump_normal_form` of a parsed subscription.
+    """
+    try:
+        try:
+            items = orjson.loads(form)
+        except orjson.JSONDecodeError:  # a lone surrogate's escape, which orjson refuses
+            items = json.loads(form)
+        conjuncts = tuple([Conjunct(tuple(map(_load_predicate, c))) for c in items])
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise ExpressionError(f"a malformed normal form ({exc})", text) from None
+    if not conjuncts:
+        raise ExpressionError("a normal form with no conjunct", text)
+    return Subscription(text, conjuncts)
+
+
+def _load_predicate(item: list) -> Predicate:
+    """One predicate of a normal form's text; ``ValueError`` (or ``TypeError``,
+    ``IndexError``) if it is malformed. The common predicate, one interval, is checked
+    value by value, without the slices and sets of the general case."""
+    if len(item) == 3:
+        attribute, kind, bounds = item
+        patterns: tuple[Pattern, ...] = ()
+    else:
+        attribute, kind, bounds, listed = item
+        patterns = tuple(map(_load_pattern, listed))
+    kind = _KINDS[kind]
+    allowed = _BOUND_TYPES[kind]
+    if attribute.__class__ is not str:
+        raise ValueError(f"attribute {attribute!r:.100}")
+    if len(bounds) == 4:
+        lo, lo_closed, hi, hi_closed = bounds
+        if (lo.__class__ not in allowed or hi.__class__ not in allowed
+                or lo_closed.__class__ is not bool or hi_closed.__class__ is not bool):
+            raise ValueError(f"interval {bounds!r:.100} of a {kind.name} predicate")
+        return Predicate(attribute, kind, (Interval(lo, lo_closed, hi, hi_closed),), patterns)
+    if (not bounds or len(bounds) % 4 or not set(map(type, bounds[::2])) <= allowed
+            or set(map(type, bounds[1::2])) != {bool}):  # fmt: skip
+        raise ValueError(f"intervals {bounds!r:.100} of a {kind.name} predicate")
+    intervals = tuple([Interval(*bounds[i:i + 4]) for i in range(0, len(bounds), 4)])
+    return Predicate(attribute, kind, intervals, patterns)
+
+
+def _load_pattern(item: list) -> Pattern:
+    form, text, negated = item
+    if form not in ("suffix", "contains") or text.__class__ is not str \
+            or negated.__class__ is not bool:
+        raise ValueError(f"pattern {item!r:.100}")
+    return Pattern(form, text, negated)

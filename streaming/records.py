@@ -7,7 +7,9 @@ encoder and one decoder for each (pure logic, no I/O).
   Encoder :func:`subscription_value`, decoder :func:`parse_subscription_record`.
 * the stored subscription (a Redis hash value and change-log entry, see
   :mod:`connectors.state`) — canonical JSON ``{"expr", "extra", "subscriber"}``.
-  Encoder :func:`dumps_record`, decoder :func:`load_stored`.
+  Encoder :func:`dumps_record`, decoder :func:`load_stored`; beside it in the change log,
+  the expression's normal form (:attr:`SubscriptionChange.normal_form`, whose text
+  :mod:`index.language` owns), so that a worker loads it instead of parsing.
 * ``psmatch.events`` — value = JSON object of attributes; key = event id, else the id is
   ``<topic>/<partition>/<offset>``. Decoder :func:`parse_event` (events are the
   producers' own JSON; the service never re-encodes them).
@@ -43,9 +45,14 @@ from typing import Any, Literal, Protocol, get_args
 import numpy as np
 import orjson
 
-from index.errors import ExpressionLimitError, PsmatchError
+from index.errors import ExpressionError, ExpressionLimitError, PsmatchError
 from index.events import MAX_DEPTH, FlatEvent, flatten_event
-from index.language import Subscription, parse_subscription
+from index.language import (
+    Subscription,
+    dump_normal_form,
+    load_normal_form,
+    parse_subscription,
+)
 from streaming.errors import ConfigError
 
 RejectCode = Literal[
@@ -344,11 +351,14 @@ def _holds_float(value: Any) -> bool:
 @dataclass(frozen=True, slots=True)
 class SubscriptionChange:
     """A valid record of the subscriptions topic: a put (``record``, and ``stored``, its
-    text for Redis) or a delete (both ``None``)."""
+    text for Redis, and ``normal_form``, its expression's DNF for the change log) or a
+    delete (all ``None``). ``normal_form`` is ``None`` too for a put whose DNF text is
+    longer than the record limit (see :func:`parse_subscription_record`)."""
 
     sub_id: str
     record: SubscriptionRecord | None = None
     stored: str | None = None
+    normal_form: str | None = None
 
 
 def subscription_value(expr: str, subscriber: str, extra: Mapping[str, Any]) -> bytes:
@@ -422,12 +432,19 @@ def parse_subscription_record(
     if size > limit:
         raise RecordError("too_large", f"the subscription takes {size} bytes once stored; "
                           f"the limit is {limit}")  # fmt: skip
-    return SubscriptionChange(sub_id, record, stored)
+    # The DNF travels with the change, so that no worker parses the expression again;
+    # one that DNF multiplies past the record limit (an `in` list repeated in 64
+    # conjuncts) is left for the workers to parse, so the log holds no more than that.
+    normal_form = dump_normal_form(record.subscription)
+    return SubscriptionChange(sub_id, record, stored,
+                              normal_form if len(normal_form) <= limit else None)  # fmt: skip
 
 
-def load_stored(text: str) -> SubscriptionRecord:
-    """Decode a stored subscription (:attr:`SubscriptionChange.stored`), parsing its
-    expression once, for the matcher."""
+def load_stored(text: str, normal_form: str | None = None) -> SubscriptionRecord:
+    """Decode a stored subscription (:attr:`SubscriptionChange.stored`) for the matcher:
+    its expression from ``normal_form`` (:attr:`SubscriptionChange.normal_form`) when
+    given, about a third of the cost of parsing it (:func:`index.language.load_normal_form`),
+    else parsed."""
     obj = loads_bounded(text.encode("utf-8"), "the stored subscription")
     try:
         expr, subscriber, extra = obj["expr"], obj["subscriber"], obj["extra"]
@@ -436,7 +453,12 @@ def load_stored(text: str) -> SubscriptionRecord:
             "invalid_record", 'a stored subscription is a JSON object {"expr", "extra", '
             '"subscriber"}',
         ) from None  # fmt: skip
-    return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))
+    if normal_form is None or expr.__class__ is not str:
+        return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))
+    try:
+        return SubscriptionRecord(expr, subscriber, extra, load_normal_form(expr, normal_form))
+    except ExpressionError as exc:
+        raise RecordError("invalid_record", f"invalid normal form: {exc}") from None
 
 
 # -- events -------------------------------------------------------------------------------

@@ -32,14 +32,16 @@ from streaming.worker import MAX_SAMPLES, reject_sample
 
 VALIDATED_SCHEMA = pa.schema([
     ("partition", pa.int32()), ("offset", pa.int64()),
-    ("sub_id", pa.string()), ("stored", pa.string()),
+    ("sub_id", pa.string()), ("stored", pa.string()), ("normal_form", pa.string()),
     ("code", pa.string()), ("rejected_key", pa.binary()), ("rejected_value", pa.binary()),
     ("sample", pa.string()),
 ])  # fmt: skip
-"""One row per record: a put (``sub_id`` and ``stored``), a delete (``sub_id`` alone) or
-a reject (``code``, the rejected record's key and value, and a sample for the log)."""
-VALIDATED_DDL = ("partition INT, offset BIGINT, sub_id STRING, stored STRING, code STRING, "
-                 "rejected_key BINARY, rejected_value BINARY, sample STRING")  # fmt: skip
+"""One row per record: a put (``sub_id``, ``stored`` and ``normal_form``, see
+:class:`streaming.records.SubscriptionChange`), a delete (``sub_id`` alone) or a reject
+(``code``, the rejected record's key and value, and a sample for the log)."""
+VALIDATED_DDL = ("partition INT, offset BIGINT, sub_id STRING, stored STRING, "
+                 "normal_form STRING, code STRING, rejected_key BINARY, rejected_value BINARY, "
+                 "sample STRING")  # fmt: skip
 
 
 def validate_records(
@@ -52,10 +54,10 @@ def validate_records(
     """
     columns: dict[str, list[object]] = {name: [] for name in VALIDATED_SCHEMA.names}
     for key, value, topic, partition, offset in records:
-        sub_id = stored = code = reject_key = reject_value = sample = None
+        sub_id = stored = normal_form = code = reject_key = reject_value = sample = None
         try:  # the per-record barrier
             change = parse_subscription_record(key, value, limits)
-            sub_id, stored = change.sub_id, change.stored
+            sub_id, stored, normal_form = change.sub_id, change.stored, change.normal_form
         except Exception as exc:
             error: RecordError = record_error(exc)
             code = error.code
@@ -63,8 +65,9 @@ def validate_records(
             reject_value = rejected_value(error, topic, partition, offset, key, value)
             sample = reject_sample(error, topic, partition, offset)
         for name, item in (("partition", partition), ("offset", offset), ("sub_id", sub_id),
-                           ("stored", stored), ("code", code), ("rejected_key", reject_key),
-                           ("rejected_value", reject_value), ("sample", sample)):  # fmt: skip
+                           ("stored", stored), ("normal_form", normal_form), ("code", code),
+                           ("rejected_key", reject_key), ("rejected_value", reject_value),
+                           ("sample", sample)):  # fmt: skip
             columns[name].append(item)
     return columns
 
@@ -99,12 +102,13 @@ def assemble(validated: pa.Table, topic: str) -> ValidatedSubscriptions:
     rejects to write, from the collected :data:`VALIDATED_SCHEMA` rows."""
     cols = validated.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pydict()
     out = ValidatedSubscriptions(records=validated.num_rows)
-    for partition, offset, sub_id, stored, code, key, value, sample in zip(
-        cols["partition"], cols["offset"], cols["sub_id"], cols["stored"], cols["code"],
-        cols["rejected_key"], cols["rejected_value"], cols["sample"], strict=True,
+    for partition, offset, sub_id, stored, normal_form, code, key, value, sample in zip(
+        cols["partition"], cols["offset"], cols["sub_id"], cols["stored"], cols["normal_form"],
+        cols["code"], cols["rejected_key"], cols["rejected_value"], cols["sample"], strict=True,
     ):  # fmt: skip
         if code is None:
-            out.changes.append(SourceChange(f"{topic}:{partition}", offset, sub_id, stored))
+            out.changes.append(
+                SourceChange(f"{topic}:{partition}", offset, sub_id, stored, normal_form))
             continue
         out.rejects.append((key, value))
         out.codes[code] += 1

@@ -14,9 +14,10 @@ subscription from Redis (read whole, the shard's kept) when the log no longer re
 back far enough (first use, a worker that missed more than the retention, state
 rebuilt); both in bulk, ``add_many`` :data:`LOAD_CHUNK` subscriptions at a time, the
 log read and the state scanned a chunk at a time, each stored subscription decoded
-inside a per-record barrier (one that cannot be decoded is left out and logged) and,
-should ``add_many`` itself raise, a rebuild one subscription at a time that leaves out
-only the culprits.
+(from the change log, its expression from the normal form the driver wrote beside it,
+not parsed again) inside a per-record barrier (one that cannot be decoded is left out
+and logged) and, should ``add_many`` itself raise, a rebuild one subscription at a time
+that leaves out only the culprits.
 :func:`match_batches` matches a task's events: it decodes and validates each event on
 its own inside a per-record barrier (whatever one event raises makes it a rejected
 record, the others go on), matches the valid, already flattened events with
@@ -193,25 +194,28 @@ class WorkerIndex:
     replayed: int = 0
     shard: Shard = WHOLE
 
-    def apply(self, changes: Iterable[tuple[str, str | None]]) -> None:
-        """Apply stored subscriptions and deletions (``(id, stored text)``, ``None`` for a
-        delete), in order, in bulk: changes of other shards are skipped (one CRC-32 of
-        the id each, none with one shard); only each id's last change counts; deletions
-        are one ``remove`` each (the Matcher interface has no bulk removal), and the puts
-        go to :meth:`load`. Raises whatever ``add_many`` raised: the matcher may then be
-        half updated, and the caller discards it.
+    def apply(self, changes: Iterable[tuple[str, str | None, str | None]]) -> None:
+        """Apply stored subscriptions and deletions (``(id, stored text, normal form)``,
+        the text ``None`` for a delete), in order, in bulk: changes of other shards are
+        skipped (one CRC-32 of the id each, none with one shard); only each id's last
+        change counts; deletions are one ``remove`` each (the Matcher interface has no
+        bulk removal), and the puts go to :meth:`load`. Raises whatever ``add_many``
+        raised: the matcher may then be half updated, and the caller discards it.
 
-        Cost: one JSON decode and expression parse per put, and the matcher's bulk insert.
+        Cost: one JSON decode and normal-form load (or expression parse) per put, and the
+        matcher's bulk insert.
         """
         holds = self.shard.holds
-        latest = {sub_id: stored for sub_id, stored in changes if holds(sub_id)}
-        for sub_id, stored in latest.items():
+        latest = {sub_id: (stored, form) for sub_id, stored, form in changes if holds(sub_id)}
+        for sub_id, (stored, _) in latest.items():
             if stored is None:
                 self.delete(sub_id)
-        self.load((sub_id, stored) for sub_id, stored in latest.items() if stored is not None)
+        self.load((sub_id, stored, form) for sub_id, (stored, form) in latest.items()
+                  if stored is not None)  # fmt: skip
 
-    def load(self, stored: Iterable[tuple[str, str]]) -> None:
-        """Index stored subscriptions (``(id, stored text)``) as they come, in
+    def load(self, stored: Iterable[tuple[str, str, str | None]]) -> None:
+        """Index stored subscriptions (``(id, stored text, normal form or None)``, see
+        :func:`streaming.records.load_stored`) as they come, in
         ``add_many`` calls of :data:`LOAD_CHUNK`: those of other shards are skipped, and
         an id given twice keeps its last text (the matcher replaces it). The
         subscriptions are decoded one by one inside the per-record barrier (see
@@ -223,7 +227,7 @@ class WorkerIndex:
         """
         holds = self.shard.holds
         left_out: list[str] = []
-        mine = ((sub_id, text) for sub_id, text in stored if holds(sub_id))
+        mine = (item for item in stored if holds(item[0]))
         for first in mine:
             chunk = chain([first], islice(mine, LOAD_CHUNK - 1))
             heads: dict[str, tuple[bytes, bytes]] = {}
@@ -236,16 +240,16 @@ class WorkerIndex:
 
     @staticmethod
     def _decode(
-        puts: Iterable[tuple[str, str]], heads: dict[str, tuple[bytes, bytes]],
+        puts: Iterable[tuple[str, str, str | None]], heads: dict[str, tuple[bytes, bytes]],
         left_out: list[str],
     ) -> Iterator[tuple[str, Subscription]]:
         """The parsed subscriptions of ``puts``, for ``add_many``; their notification
         keys and heads go to ``heads``. One that cannot be decoded (the driver validated it, so
         only a hand-edited Redis or a bug) is logged and its id put in ``left_out``, for
         the caller to remove any previous version: the index never holds a stale one."""
-        for sub_id, stored in puts:
+        for sub_id, stored, normal_form in puts:
             try:  # the per-record barrier; no I/O inside
-                record = load_stored(stored)
+                record = load_stored(stored, normal_form)
                 key_head = (sub_id.encode(), notification_head(sub_id, record))
             except Exception as exc:
                 left_out.append(sub_id)
@@ -313,7 +317,7 @@ def build_index(
     ``read()``, so that only the culprits are left out."""
     index = WorkerIndex(make_matcher(matcher), version, shard=shard)
     try:
-        index.load(read())
+        index.load((sub_id, stored, None) for sub_id, stored in read())
         return index
     except Exception:  # the per-record barrier of the bulk path: find the culprits
         log.exception("indexing the stored subscriptions of version %d in bulk failed; "
@@ -443,7 +447,8 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
         while len(pending) >= LOAD_CHUNK or (pending and pending[-1].version == upto):
             group, pending = pending[:LOAD_CHUNK], pending[LOAD_CHUNK:]
             try:
-                index.apply((change.sub_id, change.record) for change in group)
+                index.apply((change.sub_id, change.record, change.normal_form)
+                            for change in group)  # fmt: skip
             except Exception:
                 log.exception("replaying %d changes in bulk failed; reloading every "
                               "subscription", len(group))  # fmt: skip

@@ -7,7 +7,7 @@ from redis._parsers import _HiredisParser
 
 from connectors.local import LocalServices
 from connectors.state import ChangeLogGapError, SourceChange, StateStore
-from streaming.records import dumps_record
+from streaming.records import dumps_record, parse_subscription_record, subscription_value
 
 pytestmark = pytest.mark.integration
 
@@ -37,6 +37,20 @@ def test_put_replace_delete_bump_the_version(store: StateStore) -> None:
     assert changes[2].record is not None and "a = 2" in changes[2].record
     assert store.changes(2, 3)[0].sub_id == "s1"
     assert store.changes(4, 4) == []
+
+
+def test_the_log_carries_a_puts_normal_form_beside_its_record(store: StateStore) -> None:
+    """The driver parsed each subscription once; the workers read its normal form from
+    the log. A put without one (its normal form was too large) is logged without it."""
+    change = parse_subscription_record(b"s1", subscription_value("a < 3 and b = 'x'", "bob", {}))
+    assert change.stored is not None and change.normal_form is not None
+    store.apply([SourceChange("subs:0", 0, "s1", change.stored, change.normal_form),
+                 put(1, "s2"), delete(2, "s1")])  # fmt: skip
+    first, second, third = store.changes(0, 3)
+    assert (first.record, first.normal_form) == (change.stored, change.normal_form)
+    assert second.record is not None and second.normal_form is None
+    assert (third.op, third.record, third.normal_form) == ("del", None, None)
+    assert store.get("s2") == second.record  # the hash holds the record alone
 
 
 def test_replaying_a_batch_changes_nothing(store: StateStore) -> None:

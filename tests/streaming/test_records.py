@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from index import make_matcher
 from index.events import MAX_DEPTH, flatten_event
+from index.language import dump_normal_form
 from streaming import worker
 from streaming.errors import ConfigError
 from streaming.records import (
@@ -69,6 +70,28 @@ def test_a_valid_subscription_keeps_extra_fields_and_its_parsed_expression() -> 
     }  # fmt: skip
     assert change.record.subscription.evaluate({"price": 5})
     assert load_stored(change.stored) == change.record
+    # what a worker catching up from the change log gets: the same, without a parse
+    assert change.normal_form == dump_normal_form(change.record.subscription)
+    assert load_stored(change.stored, change.normal_form) == change.record
+
+
+def test_a_normal_form_longer_than_the_record_limit_stays_out_of_the_change() -> None:
+    """An `in` list repeated in each of 64 conjuncts: a record within the limit whose
+    normal form is 64 times as long. The workers parse it instead."""
+    values = ", ".join(f"'{i:04}'" for i in range(40))
+    expr = f"a in ({values}) and (" + " or ".join(f"b = {i}" for i in range(64)) + ")"
+    limits = RecordLimits(max_subscription_bytes=4096)
+    change = parse_subscription_record(b"s1", subscription_value(expr, "bob", {}), limits)
+    assert change.record is not None and change.stored is not None
+    assert len(change.stored) <= 4096 < len(dump_normal_form(change.record.subscription))
+    assert change.normal_form is None
+
+
+def test_a_stored_subscription_with_a_malformed_normal_form_is_a_record_error() -> None:
+    stored = dumps_record("a = 1", "bob", {})
+    with pytest.raises(RecordError, match="invalid normal form") as caught:
+        load_stored(stored, '[[["a",1,[1,true,1,true]]]]')  # a number in a string predicate
+    assert caught.value.code == "invalid_record"
 
 
 STRINGS = st.text(alphabet=st.characters(codec="utf-8"), max_size=8) | st.sampled_from(
@@ -467,7 +490,7 @@ def test_a_stored_id_that_is_not_unicode_is_left_out_in_bulk_and_one_by_one() ->
     notification key can be made of: it is left out, and the others are indexed."""
     index = indexed(s1="a = 1")
     stored = dumps_record("a = 2", "bob", {})
-    index.load([("\udcff", stored), ("s2", stored)])
+    index.load([("\udcff", stored, None), ("s2", stored, None)])
     index.put("\udc80", stored)
     index.check()
     assert set(index.matcher) == {"s1", "s2"}

@@ -98,6 +98,8 @@ def check_decoders(value: bytes | None, key: bytes | None = b"k") -> None:
     if not isinstance(change, RecordError) and change.stored is not None:
         change.stored.encode("utf-8")
         assert load_stored(change.stored) == change.record
+        if change.normal_form is not None:
+            assert load_stored(change.stored, change.normal_form) == change.record
 
 
 @SETTINGS

@@ -23,11 +23,19 @@ from connectors.kafka import KafkaServiceError, SinkSettings, TopicReader, ensur
 from connectors.local import LocalServices, free_port
 from connectors.state import SourceChange, StateError, StateStore
 from index import Matcher, make_matcher
+from index.language import Subscription
 from index.scan import ScanMatcher
-from streaming import worker
+from streaming import records, worker
 from streaming.heads import NotificationHeads
 from streaming.job import BatchReport
-from streaming.records import RecordError, dumps_record, parse_notification, parse_rejected
+from streaming.records import (
+    RecordError,
+    dumps_record,
+    parse_notification,
+    parse_rejected,
+    parse_subscription_record,
+    subscription_value,
+)
 from streaming.worker import SAMPLE_CHARS, TaskMetrics, WorkerSettings, match_batches
 
 
@@ -181,6 +189,40 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     assert matches(index) == expected(exprs)
 
 
+def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver parsed each subscription once and logged its normal form beside it: a
+    worker catching up builds from that, without parsing. A change logged without one
+    is parsed; one whose normal form is malformed (a hand-edited Redis) is left out."""
+    settings, store = state
+    store.apply([put(0, "old", "a = 9")])
+    index = worker.sync_index(settings, 1)
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
+    changes = []
+    for offset, (sid, expr) in enumerate(exprs.items(), 1):
+        change = parse_subscription_record(sid.encode(), subscription_value(expr, "who", {}))
+        changes.append(SourceChange("subs:0", offset, sid, change.stored, change.normal_form))
+    changes += [put(31, "parsed", "b = 'y'"), SourceChange(
+        "subs:0", 32, "old", dumps_record("a = 1", "who", {}), '[[["a",0,["1",true,1,true]]]]')]
+    store.apply(changes)
+    parsed: list[str] = []
+    parse = records.parse_subscription
+
+    def counted(text: str) -> Subscription:
+        parsed.append(text)
+        return parse(text)
+
+    monkeypatch.setattr(records, "parse_subscription", counted)
+    same = worker.sync_index(settings, 33)
+    assert same is index and index.replayed == 32
+    assert parsed == ["b = 'y'"]
+    index.check()
+    exprs["parsed"] = "b = 'y'"
+    assert set(index.matcher) == set(exprs)  # "old" left out, its previous version removed
+    assert matches(index) == expected(exprs)
+
+
 def test_a_reload_drops_the_old_index_first(
     state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -225,8 +267,8 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
     calls = Calls(monkeypatch, "psthash")
     index = worker.WorkerIndex(make_matcher("psthash"))
-    index.load([(sid, dumps_record(e, "who", {})) for sid, e in exprs.items()]
-               + [("s3", dumps_record("a = 1", "who", {}))])  # fmt: skip
+    index.load([(sid, dumps_record(e, "who", {}), None) for sid, e in exprs.items()]
+               + [("s3", dumps_record("a = 1", "who", {}), None)])  # fmt: skip
     exprs["s3"] = "a = 1"
     assert calls.add_many == 6  # 41 records in chunks of 7
     assert merged == [7, 7, 7, 7, 7, 6]
