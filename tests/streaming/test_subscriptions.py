@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from index.language import dump_normal_form, parse_subscription
 from streaming import subscriptions
 from streaming.records import DEFAULT_LIMITS, dumps_record, parse_rejected
 from streaming.subscriptions import VALIDATED_SCHEMA, assemble, validate_batches
@@ -46,6 +47,8 @@ def test_whatever_one_subscription_record_raises_makes_it_a_reject_and_the_rest_
     assert [(c.source, c.offset, c.sub_id, c.record is None) for c in validated.changes] == [
         ("subs:0", 0, "s1", False), ("subs:0", 3, "s3", True), ("subs:1", 0, "t1", False)]
     assert validated.changes[0].record == dumps_record("a = 1", "s1", {})
+    assert validated.changes[0].normal_form == dump_normal_form(parse_subscription("a = 1"))
+    assert validated.changes[1].normal_form is None  # the delete
     assert [k for k, _ in validated.rejects] == [b"bug", b"s2"]
     bug = parse_rejected(validated.rejects[0][1])
     assert bug.code == "internal_error" and bug.reason == "KeyError: 'expr'" and bug.offset == 1
