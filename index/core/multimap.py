@@ -23,12 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numba
 import numpy as np
 
 from index.core.columns import (
-    MOVE_BLOCK,
     GrowableArray,
-    count_at_or_below,
     expand_ranges,
     find_sorted,
     insert_sorted_in_place,
@@ -54,10 +53,8 @@ many times in a bulk build."""
 BITS_PER_KEY = 8
 """Bits of the key filter per distinct key: about 1 missing query in 8 gets through."""
 _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: spreads nearby keys
-_SCATTER_MAX = 256
-"""Up to this many keys, :meth:`KeyFilter.add` scatters bits directly (a single add)."""
 FILTER_BLOCK = 1 << 20
-"""Keys a bulk :meth:`KeyFilter.add` hashes and sorts at once."""
+"""Keys a bulk :meth:`KeyFilter.add` hashes at once."""
 MAX_ENTRIES = 2**31 - 1
 """Entries one multimap holds at most: its CSR offsets are int32, 4 bytes an entry less
 than int64 in the hash table, whose keys are nearly all distinct."""
@@ -80,14 +77,9 @@ class KeyFilter:
         return (keys.astype(np.uint64) * _FIBONACCI) >> self._shift
 
     def add(self, keys: np.ndarray) -> None:
-        """Set the bits of ``keys``. O(n) for a few keys; many a block of
-        :data:`FILTER_BLOCK` at a time (:func:`index.core.columns.set_bits`), so the
-        temporaries are those of one block, not of all the keys."""
-        if len(keys) <= _SCATTER_MAX:
-            position = self._positions(keys)
-            np.bitwise_or.at(self.words, position >> np.uint64(6),
-                             np.uint64(1) << (position & np.uint64(63)))
-            return
+        """Set the bits of ``keys``. O(n), a block of :data:`FILTER_BLOCK` keys at a time
+        (:func:`index.core.columns.set_bits`), so the temporaries are those of one
+        block, not of all the keys."""
         for begin in range(0, len(keys), FILTER_BLOCK):
             set_bits(self.words, self._positions(keys[begin : begin + FILTER_BLOCK]))
 
@@ -231,10 +223,7 @@ class MultiMap:
         new = ~present
         merged_at = at + np.cumsum(new) - new  # each delta key's index among main's + new
         self._offsets = insert_sorted_in_place(self._offsets, at[new], self._offsets[at[new]])
-        step = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        for begin in range(0, len(self._offsets), MOVE_BLOCK):
-            end = min(begin + MOVE_BLOCK, len(self._offsets))
-            self._offsets[begin:end] += step[count_at_or_below(merged_at, begin - 1, end - 1)]
+        _shift_offsets(self._offsets, merged_at, np.concatenate([[0], np.cumsum(counts)]))
         self._keys = insert_sorted_in_place(self._keys, at[new], keys[new])
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
@@ -252,6 +241,17 @@ class MultiMap:
         assert self._values.dtype == self._offsets.dtype == np.int32
         keys, _ = self.entries()
         assert self._filter.may_hold(keys).all(), "the key filter drops a key"
+
+
+@numba.njit(cache=True, nogil=True)
+def _shift_offsets(offsets: np.ndarray, merged_at: np.ndarray, step: np.ndarray) -> None:
+    """Add ``step[i]`` to each offset that ``i`` of the sorted ``merged_at`` are below:
+    in one compiled pass, O(len(offsets) + len(merged_at))."""
+    below = 0
+    for j in range(len(offsets)):
+        while below < len(merged_at) and merged_at[below] < j:
+            below += 1
+        offsets[j] += step[below]
 
 
 def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

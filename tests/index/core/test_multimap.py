@@ -10,7 +10,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.core import columns
 from index.core import multimap as multimap_module
 from index.core.multimap import KeyFilter, MultiMap
 
@@ -70,11 +69,8 @@ def test_range_lookups_return_the_entries_of_the_kept_keys_in_each_range(batches
 def test_merges_and_compactions_keep_each_keys_values_in_insertion_order(batches,
                                                                          drop) -> None:
     """With a tiny merge threshold every few adds merge the delta into main (new keys and
-    keys main has), moved in tiny blocks: lookups keep giving each key's values in
-    insertion order."""
-    with (patch.object(multimap_module, "MERGE_MIN", 4),
-          patch.object(multimap_module, "MOVE_BLOCK", 3),
-          patch.object(columns, "MOVE_BLOCK", 5)):
+    keys main has): lookups keep giving each key's values in insertion order."""
+    with patch.object(multimap_module, "MERGE_MIN", 4):
         multimap, reference = MultiMap(), {}
         for batch in batches:
             add(multimap, reference, batch)
