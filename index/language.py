@@ -1203,7 +1203,7 @@ def parse_subscription(text: str) -> Subscription:
 # [[form, text, negated], ...]. JSON, for the change log: the driver parses each
 # subscription once and the workers read this instead of parsing it again.
 
-_KINDS = tuple(Kind)
+_KINDS = {int(kind): kind for kind in Kind}
 _BOUND_TYPES = {Kind.NUMBER: frozenset({int, float, type(None)}),
                 Kind.STRING: frozenset({str, type(None)}),
                 Kind.BOOL: frozenset({bool, type(None)})}  # fmt: skip
@@ -1257,10 +1257,10 @@ def _load_predicate(item: list) -> Predicate:
     else:
         attribute, kind, bounds, listed = item
         patterns = tuple(map(_load_pattern, listed))
+    if attribute.__class__ is not str or kind.__class__ is not int:
+        raise ValueError(f"attribute {attribute!r:.100} of kind {kind!r:.20}")
     kind = _KINDS[kind]
     allowed = _BOUND_TYPES[kind]
-    if attribute.__class__ is not str:
-        raise ValueError(f"attribute {attribute!r:.100}")
     if len(bounds) == 4:
         lo, lo_closed, hi, hi_closed = bounds
         if (lo.__class__ not in allowed or hi.__class__ not in allowed

@@ -336,6 +336,7 @@ def test_the_normal_form_text_keeps_edge_values_exactly(text):
 
 @pytest.mark.parametrize("form", [
     "", "[", "{}", "[]", "[[]]x", '[[["a",0,[1,true,1,true]]]', '[[["a",3,[1,true,1,true]]]]',
+    '[[["a",-1,[1,true,1,true]]]]', '[[["a",true,[1,true,1,true]]]]',
     '[[["a",0,[1,true,1]]]]', '[[["a",0,[]]]]', '[[[1,0,[1,true,1,true]]]]',
     '[[["a",0,[true,true,true,true]]]]', '[[["a",0,["1",true,1,true]]]]',
     '[[["a",1,[1,true,1,true]]]]', '[[["a",2,[1,true,1,true]]]]',
