@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from connectors.kafka import JsonProducer
+from connectors.state import StateStore
+from index.language import dump_normal_form, parse_subscription
 from streaming.config import ServiceConfig
 from streaming.job import batch_may_read
 from tests.streaming.test_end_to_end import running, wait_for_notifications
@@ -64,7 +66,8 @@ def test_the_service_validates_only_the_batches_with_subscription_records(
 ) -> None:
     """A real query: every batch after the first that holds subscription records is one
     the offset log says may read the topic, and every batch of events alone is not (so
-    it runs no validation job)."""
+    it runs no validation job). The validation job's normal forms reach the change log,
+    for the workers to build from without parsing."""
     config = make_config()
     with running(config, spark) as service, JsonProducer(config.bootstrap_servers) as producer:
         producer.send(config.subscriptions_topic, {"expr": "a < 10"}, key="s1")
@@ -85,3 +88,7 @@ def test_the_service_validates_only_the_batches_with_subscription_records(
     assert any(not read for read in may_read.values())
     for report in later:
         assert may_read[report.batch_id] == (report.subscription_records > 0), report
+    store = StateStore.from_url(config.redis_connection_url, config.redis_prefix)
+    assert [(c.sub_id, c.normal_form) for c in store.changes(0, 2)] == [
+        (sub_id, dump_normal_form(parse_subscription(expr)))
+        for sub_id, expr in (("s1", "a < 10"), ("s2", "a >= 5"))]
