@@ -16,14 +16,14 @@ Owns everything between the text a user types and the conjuncts an index stores:
   conjunction of comparisons on distinct attributes goes straight to its one conjunct
   (:meth:`_Normaliser.conjunction`).
 
-The normal form has a text form too, JSON (:func:`dump_normal_form`,
-:func:`load_normal_form`): the service parses a subscription once, on its way in, and its
-workers load the normal form from that text at about a third of the cost of a parse.
-
 A normalised predicate is a union of disjoint intervals over one value kind (numbers,
 strings or booleans) plus, for strings, residual ``like`` patterns that are not intervals
 (suffix and contains). Every operator maps onto that shape, which is what lets one
 predicate-space tree per attribute serve them all.
+
+The normal form has a text form too, JSON (:func:`dump_normal_form`,
+:func:`load_normal_form`): the service parses a subscription once, on its way in, and its
+workers load the normal form from that text at about a third of the cost of a parse.
 
 Whatever the mix of operators, parsing costs O(len(text)) and normalisation at most
 :data:`MAX_NORMALISATION_STEPS` steps: interval sets intersect by a sorted merge, and

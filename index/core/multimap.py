@@ -245,8 +245,8 @@ class MultiMap:
 
 @numba.njit(cache=True, nogil=True)
 def _shift_offsets(offsets: np.ndarray, merged_at: np.ndarray, step: np.ndarray) -> None:
-    """Add ``step[i]`` to each offset that ``i`` of the sorted ``merged_at`` are below:
-    in one compiled pass, O(len(offsets) + len(merged_at))."""
+    """Add ``step[i]`` to offset ``j``, where ``i`` is how many of the sorted
+    ``merged_at`` are below ``j``: one compiled pass, O(len(offsets) + len(merged_at))."""
     below = 0
     for j in range(len(offsets)):
         while below < len(merged_at) and merged_at[below] < j:
