@@ -89,7 +89,7 @@ from itertools import chain
 
 import numpy as np
 
-from index.core.columns import expand_ranges, find_sorted
+from index.core.columns import distinct_sorted, expand_ranges, find_sorted
 from index.core.patterns import PatternKey, access_pattern
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
@@ -286,7 +286,7 @@ class BETreeMatcher(ForestMatcher):
                 self._place([node], np.zeros(int((choice < 0).sum()), np.int64),
                             group[choice < 0], rows)
                 placed.append(node)
-            for tree in np.unique(choice[choice >= 0]).tolist():
+            for tree in distinct_sorted(choice[choice >= 0]).tolist():
                 members = group[choice == tree]
                 pnode = node.pdir[tree]
                 pnode.score += len(members)

@@ -22,7 +22,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from index.core.columns import expand_ranges
+from index.core.columns import distinct_sorted, expand_ranges
 from index.language import Kind, Value
 from index.pstree.forest import number_columns
 
@@ -239,7 +239,7 @@ class ExclusionList:
         self.points.build(alive)
         owners = self.owners[alive[self.owners]] if self._dead else self.owners
         pending = np.asarray(self._pending, dtype=np.int64)
-        self.owners = np.union1d(owners, pending[alive[pending]])
+        self.owners = distinct_sorted(np.concatenate([owners, pending[alive[pending]]]))
         self._pending, self._dead = [], False
 
     def search(self, queries: Keys) -> tuple[np.ndarray, np.ndarray]:

@@ -118,6 +118,20 @@ def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarra
     return at, sorted_keys[at] == queries
 
 
+def distinct_sorted(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of an integer column, sorted: one sort and a mask,
+    O(n log n).
+
+    What ``np.unique`` returns, without its hash table: numpy 2.4's ``np.unique`` hashes
+    integer columns first, which on distinct-heavy int64 keys took 2.9 ms for 1,000 keys
+    and 332 ms for 500,000, against 0.03 and 8.5 ms for this (2026-11-27, this
+    machine); a matched batch's (event, subscription) pairs are such keys."""
+    ordered = np.sort(keys)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 _SLICED_MAX = 8
 """Up to this many items, :func:`insert_sorted` concatenates slices (numpy's fixed
 costs per call dominate a single add)."""

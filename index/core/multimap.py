@@ -37,8 +37,6 @@ from index.errors import PsmatchError
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
 """Maps (keys, values) of all entries to a boolean mask of the entries to keep."""
-KeyFilterFn = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""Maps (query index, key) of the keys a range lookup finds to a mask of those to read."""
 
 MERGE_MIN = 4096
 """Delta entries that always wait for a merge (beyond it, :data:`MERGE_FRACTION`)."""
@@ -143,22 +141,28 @@ class MultiMap:
         return (maybe[np.concatenate([owner_main, owner_delta])],
                 np.concatenate([values_main, values_delta]))
 
-    def lookup_ranges(self, low: np.ndarray, high: np.ndarray, keep: KeyFilterFn | None
+    def lookup_ranges(self, low: np.ndarray, high: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The entries whose key is in ``[low[i], high[i])`` and that ``keep`` accepts
-        (it maps (query index, key) of each key in range to a mask; all without), as
-        ``(query_index, key, value)`` columns: main's, then the delta's.
+        """The entries whose key is in ``[low[i], high[i])``, as ``(query_index, key,
+        value)`` columns: main's, then the delta's.
 
-        For keys built so that one query's range is one prefix (PSTHash's fallback keys:
-        a space, then a tree): ``keep`` drops keys before their values are read. Cost
-        O(q log n) plus the keys in range and the values kept, vectorised; the key
-        filter cannot help a range.
+        Cost O(q log n) plus the entries found, vectorised; the key filter cannot help a
+        range.
         """
-        parts = [_csr_ranges(self._keys, self._offsets, self._values, low, high, keep)]
-        if len(self._delta_keys):
-            parts.append(_csr_ranges(*self._sorted_delta(), low, high, keep))
-        owner, keys, values = zip(*parts, strict=True)
+        owner, keys, values = zip(*(_csr_ranges(*part, low, high) for part in self.csr_parts()),
+                                  strict=True)
         return np.concatenate(owner), np.concatenate(keys), np.concatenate(values)
+
+    def csr_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Main's columns ``(distinct keys, offsets, values)`` and, when the delta holds
+        entries, the delta's in the same form (sorted once per change of the delta): for
+        compiled scans such as :func:`index.pstree.kernels.fallback_candidates`. They are
+        read-only views, to drop before the next :meth:`add`, whose merge may grow
+        main's columns in place."""
+        parts = [(self._keys, self._offsets, self._values)]
+        if len(self._delta_keys):
+            parts.append(self._sorted_delta())
+        return parts
 
     def values_of(self, key: int) -> np.ndarray:
         """Every value under one key (live or not)."""
@@ -280,19 +284,14 @@ def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
 
 
 def _csr_ranges(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray, low: np.ndarray,
-                high: np.ndarray, keep: KeyFilterFn | None
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(query_index, key, value)`` of the entries under the keys in each query's range
-    that ``keep`` accepts."""
+                high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(query_index, key, value)`` of the entries under the keys in each query's range."""
     order = np.argsort(low)  # sorted queries narrow each search from the previous one
     first = np.empty(len(low), dtype=np.int64)
     end = np.empty(len(low), dtype=np.int64)
     first[order] = np.searchsorted(keys, low[order])
     end[order] = np.searchsorted(keys, high[order])
     owner, at = expand_ranges(first, end - first)
-    if keep is not None:
-        kept = keep(owner, keys[at])
-        owner, at = owner[kept], at[kept]
     starts = offsets[at]
     entry, positions = expand_ranges(starts, offsets[at + 1] - starts)
     return owner[entry], keys[at][entry], values[positions]

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from index.core.columns import distinct_sorted
 from index.events import FlatEvent
 from index.language import Conjunct, Pattern
 
@@ -159,7 +160,7 @@ class PatternIndex:
         for the events ``rows`` of ``events``; cost as :meth:`_holding_ids` per event."""
         width = self.width
         keys = [e * width + pid for e in rows.tolist() for pid in self._holding_ids(events[e])]
-        return np.unique(np.array(keys, dtype=np.int64))
+        return distinct_sorted(np.array(keys, dtype=np.int64))
 
     def holding_keys(self, event: FlatEvent) -> set[PatternKey]:
         """The ``(attribute, form, text)`` of every pattern that holds on ``event``; cost

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from index.core.columns import distinct_sorted
 from index.core.registry import ConjunctRegistry
 from index.events import FlatEvent
 from index.language import Conjunct, Subscription
@@ -127,7 +128,7 @@ class IndexedMatcher(Matcher):
         slots = self.registry.slot.data[np.concatenate(found_c)].astype(np.int64)
         # by event, each pair once: a subscription of several conjuncts may match an
         # event through more than one (slots and event indexes are below 2**31)
-        pairs = np.unique((np.concatenate(found_e) << 32) | slots)
+        pairs = distinct_sorted((np.concatenate(found_e) << 32) | slots)
         return pairs >> 32, pairs & 0xFFFFFFFF
 
     def _chunk_end(self, batch: Batch, first: int) -> int:

@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from index.core.columns import GrowableArray, expand_ranges, find_sorted
+from index.core.columns import GrowableArray, distinct_sorted, expand_ranges, find_sorted
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.pstree.forest import Splits
+from index.pstree.kernels import fallback_candidates
 from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
@@ -113,7 +114,7 @@ class PSTHashMatcher(ForestMatcher):
         (a single add must not pay O(P), as a union of the two arrays would)."""
         if not len(tree_a):
             return
-        keys = np.unique(_tree_pair(tree_a, tree_b))
+        keys = distinct_sorted(_tree_pair(tree_a, tree_b))
         _, known = find_sorted(self._tree_pairs, keys)
         if not known.all():
             new = keys[~known]
@@ -144,7 +145,7 @@ class PSTHashMatcher(ForestMatcher):
         store = self.store
         parents = splits.sid
         new_sids = splits.new_sids
-        owner, keys, fallback = self.fallback.lookup_ranges(*_space_range(parents), None)
+        owner, keys, fallback = self.fallback.lookup_ranges(*_space_range(parents))
         self.fallback.add(fallback_key(new_sids[owner].ravel(), np.repeat(keys & _LOW, 2)),
                           np.repeat(fallback, 2))
         owner, cids = self.access.lookup(parents)
@@ -206,16 +207,11 @@ class PSTHashMatcher(ForestMatcher):
         ev, sids = located.event, located.sid
         owner, partner = self._hashed_pairs(ev, located.tree)
         query, hashed_cids = self.table.lookup(pair_key(sids[owner], sids[partner]))
-
-        def event_has_tree(entry: np.ndarray, keys: np.ndarray) -> np.ndarray:
-            # A key's conjunct needs its second tree: read the chunk's dense position
-            # matrix (cache-resident), not the conjunct's rows (a cache miss each).
-            tree = keys & _LOW
-            single = tree == NO_TREE
-            return single | (positions[ev[entry], np.where(single, 0, tree)] >= 0)
-
-        pair, _, fallback_cids = self.fallback.lookup_ranges(*_space_range(sids),
-                                                             event_has_tree)
+        # A key's conjunct needs its second tree: the kernel reads the chunk's dense
+        # position matrix (cache-resident), not the conjunct's rows (a cache miss each).
+        pair, fallback_cids = (np.concatenate(column) for column in zip(
+            *(fallback_candidates(*part, sids, ev, positions, NO_TREE)
+              for part in self.fallback.csr_parts()), strict=True))
         side_pair, side_cids = self.side.lookup(located.tree)
         checked = np.repeat(np.array([2, 1, 0], dtype=np.int32),
                             [len(query), len(pair), len(side_pair)])

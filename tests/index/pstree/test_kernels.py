@@ -1,0 +1,51 @@
+"""The compiled kernels of the PS-Tree matchers, against direct Python loops over the
+same columns: PSTHash's scan of its fallback lists returns, for each located entry, the
+values under its space's keys whose second tree the event has or that have none."""
+
+from __future__ import annotations
+
+from unittest.mock import patch
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from index.core import multimap as multimap_module
+from index.core.multimap import MultiMap
+from index.pstree.kernels import fallback_candidates
+from index.pstree.psthash import NO_TREE, fallback_key
+
+TREES = 5
+entries = st.tuples(st.integers(0, 12), st.sampled_from([*range(TREES), NO_TREE]),
+                    st.integers(0, 2**31 - 1))
+
+
+@given(st.lists(st.lists(entries, max_size=30), max_size=6),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 13)), max_size=25),
+       st.lists(st.lists(st.booleans(), min_size=TREES, max_size=TREES), min_size=4,
+                max_size=4))
+@settings(max_examples=200, deadline=None)
+def test_fallback_scan_keeps_the_keys_of_trees_the_event_has(batches, located, has) -> None:
+    """Over main and the delta of a multimap (tiny merge threshold, so both hold
+    entries): each located (event, space) gets every value of its space's keys whose
+    tree is ``NO_TREE`` or one its event has."""
+    with patch.object(multimap_module, "MERGE_MIN", 8):
+        multimap, reference = MultiMap(), {}
+        for batch in batches:
+            multimap.add(fallback_key(np.array([s for s, _, _ in batch], dtype=np.int64),
+                                      np.array([t for _, t, _ in batch], dtype=np.int64)),
+                         np.array([v for _, _, v in batch], dtype=np.int32))
+            for sid, tree, value in batch:
+                reference.setdefault((sid, tree), []).append(value)
+        positions = np.where(np.array(has, dtype=bool), 7, -1).astype(np.int32)
+        events = np.array([e for e, _ in located], dtype=np.int64)
+        sids = np.array([s for _, s in located], dtype=np.int64)
+        got = []
+        for part in multimap.csr_parts():
+            owner, values = fallback_candidates(*part, sids, events, positions, NO_TREE)
+            assert values.dtype == np.int32
+            got += zip(owner.tolist(), values.tolist(), strict=True)
+    expected = [(i, v) for i, (event, sid) in enumerate(located)
+                for (s, tree), values in reference.items() if s == sid
+                and (tree == NO_TREE or has[event][tree]) for v in values]
+    assert sorted(got) == sorted(expected)
