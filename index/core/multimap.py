@@ -22,6 +22,7 @@ O(q log q) for all of them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -29,7 +30,6 @@ import numpy as np
 from index.core.columns import (
     GrowableArray,
     expand_ranges,
-    find_sorted,
     insert_sorted_in_place,
     set_bits,
 )
@@ -53,6 +53,10 @@ BITS_PER_KEY = 8
 _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: spreads nearby keys
 FILTER_BLOCK = 1 << 20
 """Keys a bulk :meth:`KeyFilter.add` hashes at once."""
+DIRECTORY_KEYS = 8
+"""Keys per bucket of a :class:`KeyDirectory`, on average: a search then reads a few
+neighbouring keys (one or two cache lines) after the bucket's start, for half a byte of
+directory per key."""
 MAX_ENTRIES = 2**31 - 1
 """Entries one multimap holds at most: its CSR offsets are int32, 4 bytes an entry less
 than int64 in the hash table, whose keys are nearly all distinct."""
@@ -88,6 +92,44 @@ class KeyFilter:
         return ((word >> (position & np.uint64(63))) & np.uint64(1)).astype(bool)
 
 
+class KeyDirectory:
+    """Where each bucket of key values starts in a sorted int64 column, so that a search
+    reads one bucket instead of halving the whole column.
+
+    A key's bucket is its value shifted right by :attr:`shift` bits, less the smallest
+    key's; the shift is chosen so that there are about :data:`DIRECTORY_KEYS` keys per
+    bucket where keys are spread evenly (space ids, pairs of them). A search is then a
+    lookup of the bucket's start and a binary search of the bucket: at a million BE-Gen
+    subscriptions, whose PSTHash table holds 20.8M keys, the numpy binary search of the
+    whole column cost a cache miss for most of its 24 halvings. Uneven keys only make
+    some buckets longer, never a search wrong. The directory refers to no column: it is
+    built for one and must be used with it.
+    """
+
+    __slots__ = ("shift", "starts")
+
+    def __init__(self, keys: np.ndarray) -> None:
+        """The directory of the sorted distinct ``keys``. O(n), compiled."""
+        width = int(keys[-1]) - int(keys[0]) if len(keys) else 0
+        self.shift = max(0, width.bit_length() - max(len(keys) // DIRECTORY_KEYS, 1).bit_length())
+        self.starts = _bucket_starts(keys, self.shift)
+
+    def lower_bounds(self, keys: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """For each query, the index of the first key not below it (``len(keys)`` if
+        none): ``np.searchsorted(keys, queries)``. O(q (1 + log bucket)), compiled."""
+        return _lower_bounds(keys, self.starts, self.shift, queries)
+
+
+class CsrPart(NamedTuple):
+    """Sorted distinct keys, the offsets of each key's values, the values, and the keys'
+    directory: main, or the sorted delta, of a :class:`MultiMap`."""
+
+    keys: np.ndarray
+    offsets: np.ndarray
+    values: np.ndarray
+    directory: KeyDirectory
+
+
 class MultiMap:
     """int64 key -> bag of int32 values, built for batched lookups."""
 
@@ -97,7 +139,8 @@ class MultiMap:
         self._values = np.empty(0, dtype=np.int32)
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
-        self._delta_sorted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._delta_sorted: CsrPart | None = None
+        self._main_directory: KeyDirectory | None = None
         self._filter = KeyFilter(self._keys, MERGE_MIN)
 
     def __len__(self) -> int:
@@ -109,6 +152,7 @@ class MultiMap:
         return int(
             self._keys.nbytes + self._offsets.nbytes + self._values.nbytes
             + self._delta_keys.nbytes + self._delta_values.nbytes + self._filter.words.nbytes
+            + sum(part.directory.starts.nbytes for part in self._parts())
         )
 
     def add(self, keys: np.ndarray, values: np.ndarray) -> None:
@@ -127,42 +171,39 @@ class MultiMap:
         """All values under each query key, as ``(query_index, value)`` columns: the
         entries of main, then the delta's, each in query order.
 
-        Cost O(q) to filter the queries, then O(p log p + p log n + r) for the p that
-        pass the key filter and the r results, vectorised.
+        Cost O(q) to filter the queries, then O(p (1 + log bucket) + r) for the p that
+        pass the key filter and the r results (:class:`KeyDirectory`), vectorised.
         """
         maybe = np.flatnonzero(self._filter.may_hold(queries))
         passed = queries[maybe]
-        order = np.argsort(passed)  # one sort serves main and delta
-        owner_main, values_main = _csr_lookup(self._keys, self._offsets, self._values,
-                                              passed, order)
-        if len(self._delta_keys) == 0:
-            return maybe[owner_main], values_main
-        owner_delta, values_delta = _csr_lookup(*self._sorted_delta(), passed, order)
-        return (maybe[np.concatenate([owner_main, owner_delta])],
-                np.concatenate([values_main, values_delta]))
+        owner, values = zip(*(_csr_lookup(part, passed) for part in self._parts()),
+                            strict=True)
+        return maybe[np.concatenate(owner)], np.concatenate(values)
 
     def lookup_ranges(self, low: np.ndarray, high: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The entries whose key is in ``[low[i], high[i])``, as ``(query_index, key,
         value)`` columns: main's, then the delta's.
 
-        Cost O(q log n) plus the entries found, vectorised; the key filter cannot help a
-        range.
+        Cost O(q (1 + log bucket)) plus the entries found, vectorised; the key filter
+        cannot help a range.
         """
-        owner, keys, values = zip(*(_csr_ranges(*part, low, high) for part in self.csr_parts()),
-                                  strict=True)
+        owner, keys, values = zip(*(_csr_ranges(*part)
+                                    for part in self.key_ranges(low, high)), strict=True)
         return np.concatenate(owner), np.concatenate(keys), np.concatenate(values)
 
-    def csr_parts(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Main's columns ``(distinct keys, offsets, values)`` and, when the delta holds
-        entries, the delta's in the same form (sorted once per change of the delta): for
-        compiled scans such as :func:`index.pstree.kernels.fallback_candidates`. They are
-        read-only views, to drop before the next :meth:`add`, whose merge may grow
-        main's columns in place."""
-        parts = [(self._keys, self._offsets, self._values)]
-        if len(self._delta_keys):
-            parts.append(self._sorted_delta())
-        return parts
+    def key_ranges(self, low: np.ndarray, high: np.ndarray
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per part (main, then the delta if it holds entries): ``(first, end, keys,
+        offsets, values)``, where the part's distinct keys in ``[low[i], high[i])`` are
+        ``keys[first[i]:end[i]]`` and a key ``keys[j]``'s values are
+        ``values[offsets[j]:offsets[j + 1]]``; for compiled scans such as
+        :func:`index.pstree.kernels.fallback_candidates`. The columns are read-only
+        views, to drop before the next :meth:`add`, whose merge may grow main's columns
+        in place. Cost O(q (1 + log bucket)) per part."""
+        return [(part.directory.lower_bounds(part.keys, low),
+                 part.directory.lower_bounds(part.keys, high), part.keys, part.offsets,
+                 part.values) for part in self._parts()]
 
     def values_of(self, key: int) -> np.ndarray:
         """Every value under one key (live or not)."""
@@ -181,6 +222,7 @@ class MultiMap:
             self._keys = self._keys[counts > 0]
             self._offsets = np.concatenate([[0], np.cumsum(counts[counts > 0])]
                                            ).astype(np.int32)
+            self._main_directory = None
         self._filter = KeyFilter(self._keys, len(self._keys) + MERGE_MIN)
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
@@ -189,14 +231,23 @@ class MultiMap:
         return (np.concatenate([main_keys, self._delta_keys.view()]),
                 np.concatenate([self._values, self._delta_values.view()]))
 
-    def _sorted_delta(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The delta as CSR (distinct keys, offsets, values in insertion order per key);
-        sorted once per change of the delta, O(d log d)."""
+    def _parts(self) -> list[CsrPart]:
+        """Main, and the sorted delta if it holds entries; main's directory is built
+        on the first lookup after a merge or a compaction, O(n)."""
+        if self._main_directory is None:
+            self._main_directory = KeyDirectory(self._keys)
+        main = CsrPart(self._keys, self._offsets, self._values, self._main_directory)
+        return [main, self._sorted_delta()] if len(self._delta_keys) else [main]
+
+    def _sorted_delta(self) -> CsrPart:
+        """The delta as CSR (distinct keys, offsets, values in insertion order per key)
+        with its directory; sorted once per change of the delta, O(d log d)."""
         if self._delta_sorted is None:
             keys = self._delta_keys.view()
             delta_order = np.argsort(keys, kind="stable")
             unique, offsets = _runs(keys[delta_order])
-            self._delta_sorted = (unique, offsets, self._delta_values.view()[delta_order])
+            self._delta_sorted = CsrPart(unique, offsets, self._delta_values.view()[delta_order],
+                                         KeyDirectory(unique))
         return self._delta_sorted
 
     def _merge_delta(self) -> None:
@@ -210,7 +261,7 @@ class MultiMap:
         outgrow it."""
         if not len(self._delta_keys):
             return
-        keys, offsets, values = self._sorted_delta()
+        keys, offsets, values, _ = self._sorted_delta()
         if len(self._values) + len(values) > MAX_ENTRIES:
             raise PsmatchError(f"a posting multimap would hold over {MAX_ENTRIES:,} entries, "
                                "the most its 32-bit offsets can name: split the "
@@ -232,6 +283,7 @@ class MultiMap:
         self._delta_keys = GrowableArray(np.int64)
         self._delta_values = GrowableArray(np.int32)
         self._delta_sorted = None
+        self._main_directory = None
         if len(self._keys) + MERGE_MIN > self._filter.capacity:
             self._filter = KeyFilter(self._keys, len(self._keys) + MERGE_MIN)
         else:
@@ -265,33 +317,72 @@ def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sorted_keys[starts], np.append(starts, len(sorted_keys)).astype(np.int64)
 
 
-def _csr_lookup(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
-                queries: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(query_index, value)`` of every entry under the queries (``order`` sorts them)."""
-    if len(keys) == 0 or len(queries) == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int32)
-    # Sorted queries let searchsorted narrow each search from the previous answer,
-    # which is several times faster on large tables than random-order queries.
-    at = np.empty(len(queries), dtype=np.int64)
-    present = np.empty(len(queries), dtype=bool)
-    at[order], present[order] = find_sorted(keys, queries[order])
-    found = np.flatnonzero(present)
+def _csr_lookup(part: CsrPart, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(query_index, value)`` of every entry of ``part`` under the queries."""
+    keys, offsets, values, directory = part
+    at = directory.lower_bounds(keys, queries)
+    found = np.flatnonzero(at < len(keys))
+    found = found[keys[at[found]] == queries[found]]
     hit = at[found]
     starts = offsets[hit]
-    counts = offsets[hit + 1] - starts
-    owner, positions = expand_ranges(starts, counts)
+    owner, positions = expand_ranges(starts, offsets[hit + 1] - starts)
     return found[owner], values[positions]
 
 
-def _csr_ranges(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray, low: np.ndarray,
-                high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(query_index, key, value)`` of the entries under the keys in each query's range."""
-    order = np.argsort(low)  # sorted queries narrow each search from the previous one
-    first = np.empty(len(low), dtype=np.int64)
-    end = np.empty(len(low), dtype=np.int64)
-    first[order] = np.searchsorted(keys, low[order])
-    end[order] = np.searchsorted(keys, high[order])
+def _csr_ranges(first: np.ndarray, end: np.ndarray, keys: np.ndarray, offsets: np.ndarray,
+                values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(query_index, key, value)`` of the entries under ``keys[first[i]:end[i]]``."""
     owner, at = expand_ranges(first, end - first)
     starts = offsets[at]
     entry, positions = expand_ranges(starts, offsets[at + 1] - starts)
     return owner[entry], keys[at][entry], values[positions]
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket_starts(keys: np.ndarray, shift: int) -> np.ndarray:
+    """``starts[b]``: the index of the first key whose bucket (``key >> shift`` less the
+    smallest key's) is ``b`` or more, for every bucket and one past the last. O(n +
+    buckets)."""
+    if not len(keys):
+        return np.zeros(1, dtype=np.int32)
+    base = keys[0] >> shift
+    buckets = (keys[-1] >> shift) - base + 1
+    starts = np.empty(buckets + 1, dtype=np.int32)
+    b = 0
+    for i in range(len(keys)):
+        bucket = (keys[i] >> shift) - base
+        while b <= bucket:
+            starts[b] = i
+            b += 1
+    while b <= buckets:
+        starts[b] = len(keys)
+        b += 1
+    return starts
+
+
+@numba.njit(cache=True, nogil=True)
+def _lower_bounds(keys: np.ndarray, starts: np.ndarray, shift: int,
+                  queries: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(keys, queries)`` through the buckets' ``starts``
+    (:func:`_bucket_starts`): a query below every bucket is before the first key, one
+    above them after the last, any other searched for in its bucket alone."""
+    at = np.zeros(len(queries), dtype=np.int64)
+    if not len(keys):
+        return at
+    base, top = keys[0] >> shift, keys[-1] >> shift
+    for i in range(len(queries)):
+        query = queries[i]
+        shifted = query >> shift  # compared before subtracting: no overflow at the ends
+        if shifted > top:
+            at[i] = len(keys)
+        elif shifted >= base:
+            bucket = shifted - base
+            low, high = starts[bucket], starts[bucket + 1]
+            while low < high:
+                middle = (low + high) >> 1
+                if keys[middle] < query:
+                    low = middle + 1
+                else:
+                    high = middle
+            at[i] = low
+    return at

@@ -210,8 +210,8 @@ class PSTHashMatcher(ForestMatcher):
         # A key's conjunct needs its second tree: the kernel reads the chunk's dense
         # position matrix (cache-resident), not the conjunct's rows (a cache miss each).
         pair, fallback_cids = (np.concatenate(column) for column in zip(
-            *(fallback_candidates(*part, sids, ev, positions, NO_TREE)
-              for part in self.fallback.csr_parts()), strict=True))
+            *(fallback_candidates(*part, ev, positions, NO_TREE)
+              for part in self.fallback.key_ranges(*_space_range(sids))), strict=True))
         side_pair, side_cids = self.side.lookup(located.tree)
         checked = np.repeat(np.array([2, 1, 0], dtype=np.int32),
                             [len(query), len(pair), len(side_pair)])

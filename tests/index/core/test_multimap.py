@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from index.core import multimap as multimap_module
-from index.core.multimap import KeyFilter, MultiMap
+from index.core.multimap import KeyDirectory, KeyFilter, MultiMap
 
 keys = st.integers(min_value=-(2**40), max_value=2**40)
 
@@ -81,6 +81,21 @@ def test_merges_and_compactions_keep_each_keys_values_in_insertion_order(batches
         owner, values = multimap.lookup(np.arange(41, dtype=np.int64))
         kept = [(k, v) for k in range(41) for v in reference.get(k, []) if (v ^ drop) % 3]
         assert list(zip(owner.tolist(), values.tolist(), strict=True)) == kept
+
+
+@given(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300),
+       st.lists(st.integers(-(2**63), 2**63 - 1), max_size=50), st.integers(0, 2**20))
+@settings(max_examples=300, deadline=None)
+def test_a_key_directory_finds_what_a_binary_search_finds(keys, queries, spread) -> None:
+    """Any keys (the int64 extremes, clusters, a few spread over a wide range) and any
+    queries, the keys' own among them: the directory's lower bounds are searchsorted's."""
+    column = np.unique(np.array(keys + [k * spread for k in range(len(keys) // 3)],
+                                dtype=np.int64))
+    asked = np.array(queries + column[::2].tolist(), dtype=np.int64)
+    directory = KeyDirectory(column)
+    assert len(directory.starts) <= 2 * max(len(column) // 8, 1) + 2  # about 8 keys a bucket
+    got = directory.lower_bounds(column, asked)
+    assert got.tolist() == np.searchsorted(column, asked).tolist()
 
 
 def test_a_bulk_key_filter_add_sets_the_same_bits_as_single_adds() -> None:

@@ -39,10 +39,10 @@ def test_fallback_scan_keeps_the_keys_of_trees_the_event_has(batches, located, h
                 reference.setdefault((sid, tree), []).append(value)
         positions = np.where(np.array(has, dtype=bool), 7, -1).astype(np.int32)
         events = np.array([e for e, _ in located], dtype=np.int64)
-        sids = np.array([s for _, s in located], dtype=np.int64)
+        low = np.array([s for _, s in located], dtype=np.int64) << 32
         got = []
-        for part in multimap.csr_parts():
-            owner, values = fallback_candidates(*part, sids, events, positions, NO_TREE)
+        for part in multimap.key_ranges(low, low + (1 << 32)):
+            owner, values = fallback_candidates(*part, events, positions, NO_TREE)
             assert values.dtype == np.int32
             got += zip(owner.tolist(), values.tolist(), strict=True)
     expected = [(i, v) for i, (event, sid) in enumerate(located)
