@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+import redis
 from redis._parsers import _HiredisParser
 
 from connectors.local import LocalServices
-from connectors.state import ChangeLogGapError, SourceChange, StateStore
+from connectors.state import ChangeLogGapError, SourceChange, StateError, StateStore
 from streaming.records import dumps_record, parse_subscription_record, subscription_value
 
 pytestmark = pytest.mark.integration
@@ -182,3 +185,19 @@ def test_state_survives_a_redis_restart(services: LocalServices, store: StateSto
     assert after.snapshot() == before
     assert [c.sub_id for c in after.changes(0, 3)] == ["s1", "s2", "s1"]
     assert after.offsets() == {"subs:0": 2}
+
+
+def test_the_store_reads_bytes_whatever_the_url_asks(services: LocalServices) -> None:
+    """A URL asking redis-py to decode replies gets a store that still decodes them
+    itself, and a client made to decode them is refused with the reason."""
+    prefix = f"test-{uuid.uuid4().hex[:10]}:"
+    store = StateStore.from_url(services.redis.url + "?decode_responses=true", prefix)
+    try:
+        store.apply([put(0, "é-1", "a = 'ü'")])
+        assert store.get("é-1") is not None and "ü" in store.get("é-1")
+        [change] = store.changes(0, store.version())
+        assert (change.op, change.sub_id) == ("put", "é-1") and "ü" in change.record
+        with pytest.raises(StateError, match="without decode_responses"):
+            StateStore(redis.Redis.from_url(services.redis.url, decode_responses=True))
+    finally:
+        store.clear()
