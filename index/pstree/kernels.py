@@ -151,7 +151,8 @@ def fallback_candidates(first: np.ndarray, end: np.ndarray, keys: np.ndarray,
     The values of a key whose tree the event lacks are never read. Cost O(keys in the
     ranges + values kept), in two passes (count, then fill) with no temporaries but the
     output; the numpy version of these steps (ranges expanded, keys tested, values
-    expanded) took 37 % of PSTHash's matching at 1M BE-Gen subscriptions.
+    expanded) took 37 % of PSTHash's matching at 1M BE-Gen subscriptions (1.44 of
+    3.87 s for 8,000 events under a profiler).
     """
     total = 0
     for i in range(len(first)):

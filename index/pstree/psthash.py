@@ -28,9 +28,10 @@ Owns PSTHash's structures on top of the shared PS-Trees:
 
 The pairs found are candidates with both access predicates already true; verification
 checks the rest exactly. Cost per event: locating O(|E| log m), pairing O(sum over its
-entries of min(tree partners, entries)), the lookups in one vectorised
-``searchsorted`` (the fallback lists: the keys of the event's spaces, read in
-ranges), then verification of the candidates.
+entries of min(tree partners, entries)), the lookups through the multimaps' key
+directories (the fallback lists: the keys of the event's spaces, read in ranges by the
+compiled :func:`index.pstree.kernels.fallback_candidates`), then verification of the
+candidates.
 """
 
 from __future__ import annotations
