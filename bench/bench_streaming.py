@@ -429,8 +429,8 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
 def _bd_rows(bd: dict[str, float]) -> str:
     names = [
         ("read_s", "batches with subscription records: Kafka read + cache + validate them "
-                   "(executors, job 1)"),
-        ("state_s", "apply subscription changes to Redis (driver)"),
+                   "and apply them to Redis (executors, job 1)"),
+        ("state_s", "read the batch's version from Redis (driver)"),
         ("match_write_s", "match and write to Kafka on executors (job 2, wall; reads Kafka "
                           "when job 1 did not run)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),

@@ -14,12 +14,11 @@ This module owns every Redis key the service writes (all under one prefix, defau
     a Redis stream whose entry ``<v>-0`` is the *v*-th change (``op`` = ``put`` with
     ``id``, ``rec`` and, unless too large, ``nf``, the expression's normal form, so that
     the workers need not parse it again; or ``del`` with ``id``). Trimmed to the last
-    ``retention`` changes, but never within the changes of the latest
-    :meth:`StateStore.apply` (the driver applies one micro-batch per call): the workers
-    catch up to every batch from the log however many changes it had, instead of
-    reading every subscription again (so the log holds up to the larger of
-    ``retention`` and the largest batch's changes). A worker further behind reloads
-    ``subs`` instead.
+    ``retention`` changes, but never within the changes of the latest micro-batch
+    (:meth:`StateStore.apply`'s ``floor``): the workers catch up to every batch from
+    the log however many changes it had, instead of reading every subscription again
+    (so the log holds up to the larger of ``retention`` and the largest batch's
+    changes). A worker further behind reloads ``subs`` instead.
 ``<prefix>offsets``
     hash: ``<topic>:<partition>`` → offset of the last subscription record applied.
     A change whose offset is not above it is skipped, so applying the same micro-batch
@@ -371,14 +370,18 @@ class StateStore:
 
     # -- writes ------------------------------------------------------------------------
 
-    def apply(self, changes: Sequence[SourceChange]) -> ApplyResult:
+    def apply(self, changes: Sequence[SourceChange], floor: int | None = None) -> ApplyResult:
         """Apply changes in order; those already applied (by source offset) are skipped.
-        The change log keeps every change of this call, and trims older ones past the
-        retention (see the module docstring).
+        The change log keeps every change after version ``floor`` (default: the version
+        when the call starts), and trims older ones past the retention (see the module
+        docstring). Calls that apply one micro-batch's partitions at the same time (the
+        executors' tasks, :mod:`streaming.subscriptions`) pass the batch's first version,
+        so that none trims what another added.
 
         A chunk retried after a lost connection (it may have run) is skipped by offset.
         """
-        version = floor = self.version()
+        version = self.version() if floor is None or not changes else floor
+        floor = version if floor is None else floor
         applied = skipped = 0
         for start in range(0, len(changes), self.APPLY_CHUNK):
             args: list[Any] = [self.retention, floor]

@@ -3,15 +3,15 @@
 Owns the Spark session settings, the streaming query and the ``foreachBatch`` logic:
 
 1. A batch with subscription records (records of both topics, read by Spark's Kafka
-   source) is cached on the executors. The subscription records are decoded and
-   validated there, in parallel, each inside the per-record barrier (whatever one record
-   raises makes it a rejected record, see :mod:`streaming.subscriptions`); only the
-   outcome is collected to the driver. A batch the query's offset log shows without any
-   (:func:`batch_may_read`; most batches) skips this step and is not cached: its one
-   Spark job reads the events straight from Kafka.
-2. The driver applies the valid changes to Redis in offset order (idempotent on replay,
-   see :mod:`connectors.state`), giving the batch's subscription version. A Redis fault
-   is never a record's: it fails the batch.
+   source) is cached on the executors. The subscription records are decoded, validated
+   and applied to Redis there, a task per partition of the topic, in offset order
+   (idempotent on replay, see :mod:`connectors.state`), each record inside the
+   per-record barrier (whatever one record raises makes it a rejected record, see
+   :mod:`streaming.subscriptions`); only the counts and the rejects are collected to the
+   driver. A Redis fault is never a record's: it fails the batch. A batch the query's
+   offset log shows without any (:func:`batch_may_read`; most batches) skips this step
+   and is not cached: its one Spark job reads the events straight from Kafka.
+2. The driver reads the batch's subscription version (and the live count) from Redis.
 3. The events are matched on the executors with ``mapInArrow``
    (:func:`streaming.worker.match_batches`), every task at that version; they are never
    collected to the driver. With ``shards`` > 1 (:mod:`streaming.shards`) each event is
@@ -55,12 +55,7 @@ from connectors.state import StateStore
 from index.errors import PsmatchError
 from streaming.config import ServiceConfig
 from streaming.records import RecordLimits
-from streaming.subscriptions import (
-    VALIDATED_DDL,
-    ValidatedSubscriptions,
-    assemble,
-    validate_batches,
-)
+from streaming.subscriptions import APPLIED_DDL, ValidatedSubscriptions, apply_batches, gather
 from streaming.worker import (
     MAX_SAMPLES,
     OUTPUT_DDL,
@@ -86,8 +81,8 @@ class BatchReport:
     version: int
     subscription_records: int
     subscriptions_applied: int
-    read_s: float
-    state_s: float
+    read_s: float  # reading the batch, and its subscription records validated and applied
+    state_s: float  # the driver reading the version and the live count from Redis
     match_write_s: float
     total_s: float
     live_subscriptions: int = 0
@@ -339,21 +334,23 @@ class BatchProcessor:
             batch = batch.persist()
         try:
             validated = ValidatedSubscriptions()
-            if subscribing:  # validated on the executors, in parallel; collected as Arrow
-                validated = assemble(
+            if subscribing:  # validated and applied on the executors, in parallel
+                floor = self.store.version()
+                validated = gather(
                     batch.filter(F.col("topic") == cfg.subscriptions_topic)
                     .select("key", "value", "topic", "partition", "offset")
-                    .mapInArrow(partial(validate_batches, self.limits), VALIDATED_DDL)
-                    .toArrow(),
-                    cfg.subscriptions_topic,
-                )
+                    .mapInArrow(partial(apply_batches, self.limits, self.settings, floor),
+                                APPLIED_DDL)
+                    .toArrow()
+                )  # fmt: skip
             t1 = time.perf_counter()
-            result = self.store.apply(validated.changes)
+            version = self.store.version()
             live = self.store.count()
             t2 = time.perf_counter()
 
             if validated.rejects:
-                self.sink.write(output_records(cfg.rejected_topic, validated.rejects))
+                self.sink.write(output_records(cfg.rejected_topic,
+                                               [(k, v) for _, k, v in validated.rejects]))
             acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
             events = batch.filter(F.col("topic") == cfg.events_topic)
             if cfg.shards > 1:
@@ -361,7 +358,7 @@ class BatchProcessor:
             # the tasks write their records themselves and return none: collect() only
             # runs them
             events.mapInArrow(
-                partial(_match_partition, self.settings, self.sink_settings, result.version,
+                partial(_match_partition, self.settings, self.sink_settings, version,
                         acc), OUTPUT_DDL,
             ).collect()  # fmt: skip
             if validated.rejects:
@@ -373,9 +370,9 @@ class BatchProcessor:
         workers: TaskMetrics = acc.value
         report = BatchReport(
             batch_id=batch_id,
-            version=result.version,
+            version=version,
             subscription_records=validated.records,
-            subscriptions_applied=result.applied,
+            subscriptions_applied=validated.applied,
             read_s=t1 - t0,
             state_s=t2 - t1,
             match_write_s=t3 - t2,

@@ -293,7 +293,8 @@ _SINKS: dict[SinkSettings, RecordSink] = {}
 _LOCK = threading.Lock()
 
 
-def _store(settings: WorkerSettings) -> StateStore:
+def state_store(settings: WorkerSettings) -> StateStore:
+    """This process's state store for ``settings``'s Redis, opened at first use."""
     key = (settings.redis_url, settings.redis_prefix, settings.retention,
            settings.redis_retry_seconds)  # fmt: skip
     store = _STORES.get(key)
@@ -470,7 +471,7 @@ def sync_index(settings: WorkerSettings, version: int, shard: int = 0) -> Worker
     with _LOCK:
         for stale in [k for k in _CACHE if k[:3] == key[:3] and k[3] != settings.shards]:
             del _CACHE[stale]
-        store = _store(settings)
+        store = state_store(settings)
         index = _CACHE.get(key)
         if index is not None and index.version < version:
             try:

@@ -1,18 +1,24 @@
-"""The subscription records of a batch, validated on the executors and assembled on the
-driver: whatever one record raises makes it a reject (with its rejected-topic value and a
-log sample) and the others go on, in offset order per partition."""
+"""The subscription records of a batch, validated and applied to a real Redis on the
+executors, the outcome gathered on the driver: whatever one record raises makes it a
+reject (with its rejected-topic value and a log sample) and the others go on, in offset
+order per partition; partitions applied at the same time interleave in the log, and a
+task run again applies nothing twice."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
+from connectors.local import LocalServices
 from index.language import dump_normal_form, parse_subscription
 from streaming import subscriptions
 from streaming.records import DEFAULT_LIMITS, dumps_record, parse_rejected
-from streaming.subscriptions import VALIDATED_SCHEMA, assemble, validate_batches
+from streaming.subscriptions import APPLIED_SCHEMA, apply_batches, gather, validate_records
+from tests.streaming.worker_state import worker_state
 
 
 def records_batch(*records: tuple[int, int, bytes | None, bytes | None]) -> pa.RecordBatch:
@@ -35,27 +41,68 @@ def test_whatever_one_subscription_record_raises_makes_it_a_reject_and_the_rest_
         return real(key, value, limits)
 
     monkeypatch.setattr(subscriptions, "parse_subscription_record", flaky)
-    # two partitions, handed over out of order, as two executors' tasks may return them
-    out = list(validate_batches(DEFAULT_LIMITS, iter([
-        records_batch((1, 0, b"t1", b'{"expr": "b = 1"}')),
-        records_batch((0, 0, b"s1", b'{"expr": "a = 1"}'), (0, 1, b"bug", b'{"expr": "a = 2"}'),
-                      (0, 2, b"s2", b'{"expr": "a <"}'), (0, 3, b"s3", None)),
-    ])))  # fmt: skip
-    assert all(batch.schema == VALIDATED_SCHEMA for batch in out)
-    validated = assemble(pa.Table.from_batches(out), "subs")
-    assert validated.records == 5
+    validated = validate_records([
+        (b"s1", b'{"expr": "a = 1"}', "subs", 0, 0), (b"bug", b'{"expr": "a = 2"}', "subs", 0, 1),
+        (b"s2", b'{"expr": "a <"}', "subs", 0, 2), (b"s3", None, "subs", 0, 3),
+    ], DEFAULT_LIMITS)  # fmt: skip
+    assert validated.records == 4
     assert [(c.source, c.offset, c.sub_id, c.record is None) for c in validated.changes] == [
-        ("subs:0", 0, "s1", False), ("subs:0", 3, "s3", True), ("subs:1", 0, "t1", False)]
+        ("subs:0", 0, "s1", False), ("subs:0", 3, "s3", True)]
     assert validated.changes[0].record == dumps_record("a = 1", "s1", {})
     assert validated.changes[0].normal_form == dump_normal_form(parse_subscription("a = 1"))
     assert validated.changes[1].normal_form is None  # the delete
-    assert [k for k, _ in validated.rejects] == [b"bug", b"s2"]
-    bug = parse_rejected(validated.rejects[0][1])
+    assert [(code, key) for code, key, _ in validated.rejects] == [
+        ("internal_error", b"bug"), ("invalid_expression", b"s2")]
+    bug = parse_rejected(validated.rejects[0][2])
     assert bug.code == "internal_error" and bug.reason == "KeyError: 'expr'" and bug.offset == 1
     assert dict(validated.codes) == {"internal_error": 1, "invalid_expression": 1}
     assert validated.samples[0] == "subs/0/1 internal_error: KeyError: 'expr'"
 
 
+def test_tasks_apply_their_partitions_to_redis_and_the_driver_gathers_counts_and_rejects(
+    services: LocalServices, tmp_path: Path,
+) -> None:
+    with worker_state(services.redis.url, tmp_path, "subs", retention=2) as (settings, store):
+        floor = store.version()
+
+        def task(*batches: pa.RecordBatch) -> list[pa.RecordBatch]:
+            return list(apply_batches(DEFAULT_LIMITS, settings, floor, iter(batches)))
+
+        partition_1 = [(1, k, f"t{k}".encode(), b'{"expr": "b = %d"}' % k) for k in range(50)]
+        outputs: list[list[pa.RecordBatch]] = [[], []]
+        # the two partitions' tasks at the same time, as two executor cores run them
+        partition_0 = [records_batch((0, 0, b"s1", b'{"expr": "a = 1"}'),
+                                     (0, 1, b"s2", b'{"expr": "a <"}')),
+                       records_batch((0, 2, b"s1", None), (0, 3, b"s4", b'{"expr": "a = 4"}'))]
+        threads = [
+            threading.Thread(target=lambda: outputs[0].extend(task(*partition_0))),
+            threading.Thread(target=lambda: outputs[1].extend(task(
+                *(records_batch(*partition_1[k:k + 10]) for k in range(0, 50, 10))))),
+        ]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(b.schema == APPLIED_SCHEMA for out in outputs for b in out)
+        outcome = gather(pa.Table.from_batches([*outputs[0], *outputs[1]]))
+        assert (outcome.records, outcome.applied) == (54, 53)
+        assert [(code, key) for code, key, _ in outcome.rejects] == [("invalid_expression", b"s2")]
+        assert len(outcome.samples) == 1
+        assert outcome.samples[0].startswith("subs/0/1 invalid_expression: ")
+        assert store.version() == floor + 53
+        assert store.snapshot()[1] == {
+            "s4": dumps_record("a = 4", "s4", {}),
+            **{f"t{k}": dumps_record(f"b = {k}", f"t{k}", {}) for k in range(50)}}
+        # the log keeps the whole batch, past the retention of 2, each partition in order
+        log = store.changes(floor, floor + 53)
+        assert [c.sub_id for c in log if not c.sub_id.startswith("t")] == ["s1", "s1", "s4"]
+        assert [c.sub_id for c in log if c.sub_id.startswith("t")] == [f"t{k}" for k in range(50)]
+        # a task run again (a retry, or the batch replayed) changes nothing
+        again = gather(pa.Table.from_batches(task(*(records_batch(*partition_1[k:k + 10])
+                                                    for k in range(0, 50, 10)))))  # fmt: skip
+        assert (again.records, again.applied, store.version()) == (50, 0, floor + 53)
+
+
 def test_an_empty_batch_gives_nothing_to_apply() -> None:
-    validated = assemble(VALIDATED_SCHEMA.empty_table(), "subs")
-    assert (validated.records, validated.changes, validated.rejects) == (0, [], [])
+    outcome = gather(APPLIED_SCHEMA.empty_table())
+    assert (outcome.records, outcome.applied, outcome.rejects) == (0, 0, [])
