@@ -51,7 +51,8 @@ log = logging.getLogger(__name__)
 INPUTS = ("subscriptions", "events")
 PHASES = (
     "read", "state", "match_write",  # driver: wall-clock seconds of the batch's steps
-    "worker_sync", "worker_parse", "worker_match", "worker_encode",  # summed over tasks
+    "subscriptions_validate", "subscriptions_apply",  # summed over tasks
+    "worker_sync", "worker_parse", "worker_match", "worker_encode", "worker_write",
 )  # fmt: skip
 
 class MetricsError(PsmatchError):
@@ -137,7 +138,7 @@ class ServiceMetrics:
         self.phase_seconds = Counter(
             "psmatch_batch_phase_seconds",
             "Seconds spent per batch phase: driver wall clock (read, state, match_write) "
-            "and executor time summed over tasks (worker_*).",
+            "and executor time summed over tasks (subscriptions_*, worker_*).",
             ["phase"], registry=r,
         )  # fmt: skip
         self.worker_tasks = Counter(
@@ -262,7 +263,9 @@ class ServiceMetrics:
         w = report.workers
         for phase, seconds in (
             ("read", report.read_s), ("state", report.state_s),
-            ("match_write", report.match_write_s), ("worker_sync", w.sync_s),
+            ("match_write", report.match_write_s),
+            ("subscriptions_validate", report.subscriptions_validate_s),
+            ("subscriptions_apply", report.subscriptions_apply_s), ("worker_sync", w.sync_s),
             ("worker_parse", w.parse_s), ("worker_match", w.match_s),
             ("worker_encode", w.encode_s), ("worker_write", w.write_s),
         ):  # fmt: skip

@@ -85,6 +85,8 @@ class BatchReport:
     state_s: float  # the driver reading the version and the live count from Redis
     match_write_s: float
     total_s: float
+    subscriptions_validate_s: float = 0.0  # of read_s, summed over the tasks
+    subscriptions_apply_s: float = 0.0  # of read_s, summed over the tasks
     live_subscriptions: int = 0
     shards: int = 1
     workers: TaskMetrics = field(default_factory=TaskMetrics)
@@ -116,6 +118,10 @@ class BatchReport:
 
     def line(self) -> str:
         w = self.workers
+        subscribing = ""
+        if self.subscription_records:
+            subscribing = (f" (in tasks: validate {self.subscriptions_validate_s:.2f} s, "
+                           f"apply {self.subscriptions_apply_s:.2f} s)")  # fmt: skip
         sharding = ""
         if self.shards > 1:
             counts = ", ".join(f"{i}: {n}" for i, n in sorted(w.shard_subscriptions.items()))
@@ -127,7 +133,8 @@ class BatchReport:
             f"({self.subscriptions_applied} applied, {self.subscriptions_rejected} rejected) "
             f"-> version {self.version}; {self.events} events "
             f"({self.events_rejected} rejected) -> {self.notifications} notifications "
-            f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s, redis {self.state_s:.2f} s, "
+            f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s{subscribing}, "
+            f"redis {self.state_s:.2f} s, "
             f"match+write {self.match_write_s:.2f} s; in workers: catch-up "
             f"{w.sync_s:.2f} s, parse {w.parse_s:.2f} s, "
             f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s (CPU {w.cpu_s:.2f} s of "
@@ -377,6 +384,8 @@ class BatchProcessor:
             state_s=t2 - t1,
             match_write_s=t3 - t2,
             total_s=t3 - t0,
+            subscriptions_validate_s=validated.validate_s,
+            subscriptions_apply_s=validated.apply_s,
             live_subscriptions=live,
             shards=cfg.shards,
             workers=workers,

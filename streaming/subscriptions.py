@@ -27,6 +27,7 @@ change of the batch for the workers' catch-up.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,14 +46,15 @@ from streaming.records import (
 from streaming.worker import MAX_SAMPLES, WorkerSettings, reject_sample, state_store
 
 APPLIED_SCHEMA = pa.schema([
-    ("records", pa.int64()), ("applied", pa.int64()), ("code", pa.string()),
-    ("rejected_key", pa.binary()), ("rejected_value", pa.binary()), ("sample", pa.string()),
+    ("records", pa.int64()), ("applied", pa.int64()), ("validate_s", pa.float64()),
+    ("apply_s", pa.float64()), ("code", pa.string()), ("rejected_key", pa.binary()),
+    ("rejected_value", pa.binary()), ("sample", pa.string()),
 ])  # fmt: skip
-"""One row per input batch of a task, its counts (``records`` read, changes ``applied``;
-``code`` null), and one per reject (``code``, the rejected record's key and value, and
-a sample for the log; counts zero)."""
-APPLIED_DDL = ("records BIGINT, applied BIGINT, code STRING, rejected_key BINARY, "
-               "rejected_value BINARY, sample STRING")  # fmt: skip
+"""One row per input batch of a task, its counts (``records`` read, changes ``applied``)
+and seconds (validating, applying; ``code`` null), and one per reject (``code``, the
+rejected record's key and value, and a sample for the log; counts and seconds zero)."""
+APPLIED_DDL = ("records BIGINT, applied BIGINT, validate_s DOUBLE, apply_s DOUBLE, "
+               "code STRING, rejected_key BINARY, rejected_value BINARY, sample STRING")
 
 
 @dataclass
@@ -62,6 +64,10 @@ class ValidatedSubscriptions:
 
     records: int = 0
     applied: int = 0
+    validate_s: float = 0.0
+    """Seconds spent validating (summed over the tasks)."""
+    apply_s: float = 0.0
+    """Seconds spent applying to Redis (summed over the tasks)."""
     changes: list[SourceChange] = field(default_factory=list)
     rejects: list[tuple[str, bytes | None, bytes]] = field(default_factory=list)
     """(code, key, value) of each reject, the key and value for the rejected topic."""
@@ -105,8 +111,11 @@ def apply_records(store: StateStore, floor: int,
     """Validate records and apply the valid ones to ``store``, in order, keeping the log
     after version ``floor``; ``applied`` counts the changes the state took (a record
     applied before, by a run of the batch that failed, is skipped)."""
+    t0 = time.perf_counter()
     out = validate_records(records, limits)
+    t1 = time.perf_counter()
     out.applied = store.apply(out.changes, floor).applied
+    out.validate_s, out.apply_s = t1 - t0, time.perf_counter() - t1
     return out
 
 
@@ -125,6 +134,8 @@ def apply_batches(limits: RecordLimits, settings: WorkerSettings, floor: int,
         yield pa.RecordBatch.from_pydict({
             "records": [out.records] + [0] * rejects,
             "applied": [out.applied] + [0] * rejects,
+            "validate_s": [out.validate_s] + [0.0] * rejects,
+            "apply_s": [out.apply_s] + [0.0] * rejects,
             "code": [None] + [code for code, _, _ in out.rejects],
             "rejected_key": [None] + [key for _, key, _ in out.rejects],
             "rejected_value": [None] + [value for _, _, value in out.rejects],
@@ -134,9 +145,11 @@ def apply_batches(limits: RecordLimits, settings: WorkerSettings, floor: int,
 
 def gather(applied: pa.Table) -> ValidatedSubscriptions:
     """The batch's outcome from the collected :data:`APPLIED_SCHEMA` rows of its tasks:
-    the counts summed, the rejects to write (no changes: they are applied)."""
+    the counts and seconds summed, the rejects to write (no changes: they are applied)."""
     cols = applied.to_pydict()
-    out = ValidatedSubscriptions(records=sum(cols["records"]), applied=sum(cols["applied"]))
+    out = ValidatedSubscriptions(records=sum(cols["records"]), applied=sum(cols["applied"]),
+                                 validate_s=sum(cols["validate_s"]),
+                                 apply_s=sum(cols["apply_s"]))  # fmt: skip
     for code, key, value, sample in zip(cols["code"], cols["rejected_key"],
                                         cols["rejected_value"], cols["sample"], strict=True):
         if code is None:

@@ -32,6 +32,7 @@ def report(**changes: Any) -> BatchReport:
     values: dict[str, Any] = dict(
         batch_id=3, version=7, subscription_records=4, subscriptions_applied=3,
         read_s=0.2, state_s=0.01, match_write_s=0.5, total_s=0.71, live_subscriptions=42,
+        subscriptions_validate_s=0.15, subscriptions_apply_s=0.03,
         subscription_rejects=(("invalid_expression", 1),),
     )  # fmt: skip
     for name, value in changes.items():
@@ -102,6 +103,8 @@ def test_a_batch_report_moves_counters_and_sets_gauges() -> None:
     assert value(m, "psmatch_match_duration_seconds_sum") == pytest.approx(0.6)
     assert value(m, "psmatch_batch_input_rows_bucket", le="100.0") == 2
     assert value(m, "psmatch_batch_phase_seconds_total", phase="worker_match") == pytest.approx(0.6)
+    assert value(m, "psmatch_batch_phase_seconds_total",
+                 phase="subscriptions_apply") == pytest.approx(0.06)
     assert value(m, "psmatch_last_batch_timestamp_seconds") > 1e9  # type: ignore[operator]
 
 

@@ -86,6 +86,7 @@ def test_tasks_apply_their_partitions_to_redis_and_the_driver_gathers_counts_and
         assert all(b.schema == APPLIED_SCHEMA for out in outputs for b in out)
         outcome = gather(pa.Table.from_batches([*outputs[0], *outputs[1]]))
         assert (outcome.records, outcome.applied) == (54, 53)
+        assert outcome.validate_s > 0 and outcome.apply_s > 0  # the tasks' own seconds, summed
         assert [(code, key) for code, key, _ in outcome.rejects] == [("invalid_expression", b"s2")]
         assert len(outcome.samples) == 1
         assert outcome.samples[0].startswith("subs/0/1 invalid_expression: ")
