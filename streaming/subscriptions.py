@@ -60,7 +60,8 @@ APPLIED_DDL = ("records BIGINT, applied BIGINT, validate_s DOUBLE, apply_s DOUBL
 @dataclass
 class ValidatedSubscriptions:
     """Subscription records validated: the changes to apply, in the records' order, and
-    the rejects."""
+    the rejects; once applied (:func:`apply_records`, summed by :func:`gather`), how
+    many changes the state took and the seconds each step spent."""
 
     records: int = 0
     applied: int = 0
