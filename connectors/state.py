@@ -380,8 +380,7 @@ class StateStore:
 
         A chunk retried after a lost connection (it may have run) is skipped by offset.
         """
-        version = self.version() if floor is None or not changes else floor
-        floor = version if floor is None else floor
+        version = floor = self.version() if floor is None or not changes else floor
         applied = skipped = 0
         for start in range(0, len(changes), self.APPLY_CHUNK):
             args: list[Any] = [self.retention, floor]
