@@ -447,7 +447,7 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     from connectors.state import StateStore
     from index import EventError, ExpressionError, explain
-    from streaming.records import RecordError, loads_bounded
+    from streaming.records import MAX_STORED_NESTING, RecordError, loads_bounded
 
     try:  # the service's own bounded decoder: no event, however built, can crash this
         event = loads_bounded(args.event.encode("utf-8", "surrogateescape"), "the event")
@@ -464,7 +464,8 @@ def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     try:
-        expr = loads_bounded(record.encode("utf-8"), "the stored subscription")["expr"]
+        expr = loads_bounded(record.encode("utf-8"), "the stored subscription",
+                             MAX_STORED_NESTING)["expr"]
         explanation = explain(expr, event)
     except (RecordError, ExpressionError, KeyError, TypeError) as exc:
         print(f"psmatch explain: the stored subscription {args.id!r} cannot be explained "

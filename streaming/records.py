@@ -76,6 +76,10 @@ MAX_NESTING = MAX_DEPTH
 counting as the first level: the one limit of events and subscription records alike,
 :data:`index.events.MAX_DEPTH` (32), checked on the raw text."""
 
+MAX_STORED_NESTING = MAX_NESTING + 1
+"""Deepest nesting of a stored subscription: a record's other fields go one level deeper,
+under ``"extra"``, so a record at :data:`MAX_NESTING` is stored one level deeper."""
+
 DEFAULT_MAX_EVENT_BYTES = 768 * 1024
 DEFAULT_MAX_SUBSCRIPTION_BYTES = 128 * 1024
 DEFAULT_MAX_EVENT_ATTRIBUTES = 1000
@@ -236,11 +240,11 @@ def _text(data: bytes, what: str) -> str:
         ) from None
 
 
-def loads_bounded(data: bytes, what: str = "the value") -> Any:
+def loads_bounded(data: bytes, what: str = "the value", max_nesting: int = MAX_NESTING) -> Any:
     """Decode the JSON bytes ``data``; :class:`RecordError` for anything unusable.
 
-    In order: UTF-8 (``invalid_unicode``), nesting on the raw bytes (``too_deep``, before
-    any decoder recurses), syntax, NaN/Infinity and out-of-range numbers
+    In order: UTF-8 (``invalid_unicode``), nesting on the raw bytes (``too_deep`` past
+    ``max_nesting``, before any decoder recurses), syntax, NaN/Infinity and out-of-range numbers
     (``invalid_json``), lone surrogate escapes such as ``"\\udc00"``
     (``invalid_unicode``: such a string cannot be stored or re-encoded as UTF-8).
 
@@ -249,14 +253,14 @@ def loads_bounded(data: bytes, what: str = "the value") -> Any:
     :func:`_loads_checked`, so the result and the error never depend on the path.
     """
     # two C-speed counts settle it for any ordinary record: depth <= opening brackets
-    deep = (data.count(b"{") + data.count(b"[") > MAX_NESTING
-            and nesting_depth(data) > MAX_NESTING)  # fmt: skip
+    deep = (data.count(b"{") + data.count(b"[") > max_nesting
+            and nesting_depth(data) > max_nesting)  # fmt: skip
     if not deep and _LONG_DIGITS.search(data) is None:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             pass  # refused: the checked path says why, with its code
-    return _loads_checked(data, what)
+    return _loads_checked(data, what, max_nesting)
 
 
 # orjson turns an integer outside [-2**63, 2**64) into a float; the standard library keeps
@@ -264,14 +268,14 @@ def loads_bounded(data: bytes, what: str = "the value") -> Any:
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
-def _loads_checked(data: bytes, what: str) -> Any:
+def _loads_checked(data: bytes, what: str, max_nesting: int = MAX_NESTING) -> Any:
     """:func:`loads_bounded` with the standard library's decoder and every check."""
     text = _text(data, what)
-    if (data.count(b"{") + data.count(b"[") > MAX_NESTING
-            and (depth := nesting_depth(data)) > MAX_NESTING):  # fmt: skip
+    if (data.count(b"{") + data.count(b"[") > max_nesting
+            and (depth := nesting_depth(data)) > max_nesting):  # fmt: skip
         raise RecordError(
             "too_deep", f"{what} nests arrays and objects {depth} levels deep; the limit is "
-            f"{MAX_NESTING}",
+            f"{max_nesting}",
         )  # fmt: skip
     try:
         obj = _DECODER.decode(text)
@@ -445,7 +449,7 @@ def load_stored(text: str, normal_form: str | None = None) -> SubscriptionRecord
     its expression from ``normal_form`` (:attr:`SubscriptionChange.normal_form`) when
     given, about a third of the cost of parsing it (:func:`index.language.load_normal_form`),
     else parsed."""
-    obj = loads_bounded(text.encode("utf-8"), "the stored subscription")
+    obj = loads_bounded(text.encode("utf-8"), "the stored subscription", MAX_STORED_NESTING)
     try:
         expr, subscriber, extra = obj["expr"], obj["subscriber"], obj["extra"]
     except (TypeError, KeyError):

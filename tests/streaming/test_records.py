@@ -188,7 +188,11 @@ def test_the_nesting_limit_is_the_event_limit_of_index_events() -> None:
     assert len(parse_event(at_limit)) == 1
     assert code_of(parse_event, deep_object(MAX_NESTING + 1)) == "too_deep"
     sub = b'{"expr": "a = 1", "x": ' + b"[" * (MAX_NESTING - 1) + b"]" * (MAX_NESTING - 1) + b"}"
-    assert parse_subscription_record(b"s", sub).record is not None
+    at_limit_record = parse_subscription_record(b"s", sub)
+    assert at_limit_record.record is not None and at_limit_record.stored is not None
+    # stored, its other fields are one level deeper, under "extra": still a worker's
+    assert nesting_depth(at_limit_record.stored.encode()) == MAX_NESTING + 1
+    assert load_stored(at_limit_record.stored) == at_limit_record.record
     sub = b'{"expr": "a = 1", "x": ' + b"[" * MAX_NESTING + b"]" * MAX_NESTING + b"}"
     assert code_of(parse_subscription_record, b"s", sub) == "too_deep"
 
