@@ -21,7 +21,9 @@ the Spark job in this process and measures:
    write, and inside the workers catch-up, JSON parsing, matching and encoding; the
    workers' peak resident memory; and the CPU time each kind of process (Python
    workers, Spark's JVM, the broker, Redis, this benchmark) used while the backlog
-   drained, in psmatch's phase and in the ceiling's.
+   drained, in psmatch's phase and in the ceiling's; and for the latency phase, Spark's
+   own timing of each micro-batch's steps (offsets, planning, the write-ahead log,
+   psmatch's ``foreachBatch``, the commit), which bounds how low its latency can go.
 
 ``--plot-dir docs`` records the run in ``docs/bench-streaming-runs.json`` and draws, from
 every recorded run, throughput against subscriptions (beside the ceiling) and the
@@ -48,6 +50,8 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +108,28 @@ def breakdown(reports: list[BatchReport]) -> dict[str, float]:
         out[f"worker_{k}"] = sum(getattr(r.workers, k) for r in busy) / n
     out["batches"] = len(busy)
     out["events_per_batch"] = sum(r.events for r in busy) / n
+    return out
+
+
+SPARK_STEPS = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
+               "triggerExecution")
+"""The steps of a micro-batch Spark times (``StreamingQueryProgress.durationMs``), in
+order: ``addBatch`` is psmatch's ``foreachBatch``; ``triggerExecution`` the whole batch."""
+
+
+def spark_steps(progress: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean milliseconds of each of :data:`SPARK_STEPS` over the batches in ``progress``
+    that read events, their largest ``triggerExecution``, and the mean time from one such
+    batch's start to the next one's."""
+    busy = [p for p in progress if p.get("numInputRows", 0) > 0]
+    n = max(1, len(busy))
+    out = {step: sum(p["durationMs"].get(step, 0) for p in busy) / n for step in SPARK_STEPS}
+    out["max_triggerExecution"] = max((p["durationMs"].get("triggerExecution", 0)
+                                       for p in busy), default=0)  # fmt: skip
+    starts = [datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")) for p in busy]
+    gaps = [(b - a).total_seconds() * 1000 for a, b in pairwise(starts)]
+    out["start_to_start"] = statistics.fmean(gaps) if gaps else float("nan")
+    out["batches"] = len(busy)
     return out
 
 
@@ -241,6 +267,7 @@ def main() -> int:
         time.sleep(2 * args.trigger)  # and the collector's reader starts at the end
         first = len(reports)
         base = sum(r.events for r in reports)
+        last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
         n = int(args.rate * args.duration)
         t0 = time.monotonic()
         for i in range(n):
@@ -271,6 +298,8 @@ def main() -> int:
             "max_ms": max(lat) if lat else float("nan"),
             "mean_ms": statistics.fmean(lat) if lat else float("nan"),
             "breakdown": breakdown(reports[first:]),
+            "spark_ms": spark_steps([p for p in query.recentProgress
+                                     if p["batchId"] > last_batch]),
         }
         log.info("latency: %s", results["latency"])
         results["worker_peak_rss_bytes"] = max(r.workers.peak_rss_bytes for r in reports)
@@ -513,7 +542,21 @@ Where a psmatch batch's time goes (mean per batch with events; backlog phase:
 | --- | --- |
 {_bd_rows(tp["breakdown"])}
 
-{CPU_TABLE.format(rows=_cpu_rows(r))}"""
+{CPU_TABLE.format(rows=_cpu_rows(r))}
+Where a batch's time goes in the latency phase, as Spark times its micro-batches
+(`StreamingQueryProgress.durationMs`, mean of the {lat["spark_ms"]["batches"]:.0f} batches
+that read events; `addBatch` is psmatch's `foreachBatch`, the rest Spark's own steps):
+
+| step (latency phase) | ms |
+| --- | --- |
+{_spark_rows(lat["spark_ms"])}"""
+
+
+def _spark_rows(ms: dict[str, float]) -> str:
+    rows = [f"| {step} | {ms[step]:,.0f} |" for step in SPARK_STEPS]
+    rows += [f"| the longest batch (triggerExecution) | {ms['max_triggerExecution']:,.0f} |",
+             f"| from one batch's start to the next | {ms['start_to_start']:,.0f} |"]
+    return "\n".join(rows)
 
 
 def record_run(directory: Path, r: dict[str, Any]) -> list[dict[str, Any]]:
