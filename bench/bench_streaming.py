@@ -23,7 +23,10 @@ the Spark job in this process and measures:
    workers, Spark's JVM, the broker, Redis, this benchmark) used while the backlog
    drained, in psmatch's phase and in the ceiling's; and for the latency phase, Spark's
    own timing of each micro-batch's steps (offsets, planning, the write-ahead log,
-   psmatch's ``foreachBatch``, the commit), which bounds how low its latency can go.
+   psmatch's ``foreachBatch``, the commit), which bounds how low its latency can go;
+5. *churn* (``--churn N``, last): N live subscriptions replaced, each id given another
+   expression of the workload, published as fast as the producer writes; changes/s from
+   the first published to the last applied in Redis with the workers caught up.
 
 ``--plot-dir docs`` records the run in ``docs/bench-streaming-runs.json`` and draws, from
 every recorded run, throughput against subscriptions (beside the ceiling) and the
@@ -147,6 +150,10 @@ def main() -> int:
     ap.add_argument("--shards", type=int, default=1,
                     help="subscription shards (streaming.shards): one index per shard")
     ap.add_argument("--max-offsets-per-trigger", type=int, default=0)
+    ap.add_argument("--churn", type=int, default=0,
+                    help="last phase: this many live subscriptions replaced (each id given "
+                         "another expression of the workload) as fast as they are published; "
+                         "0: no such phase")  # fmt: skip
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--redis-url")
     ap.add_argument("--write-docs", type=Path, help="replace the results section of this file")
@@ -304,6 +311,28 @@ def main() -> int:
         log.info("latency: %s", results["latency"])
         results["worker_peak_rss_bytes"] = max(r.workers.peak_rss_bytes for r in reports)
         results["index_bytes"] = max(r.workers.index_bytes for r in reports)
+
+        # 4. churn at full size: updates of live subscriptions, as fast as they come
+        if args.churn:
+            first = len(reports)
+            target = reports[-1].version + args.churn
+            t0 = time.monotonic()
+            for j in range(args.churn):
+                sub_id = subs[j % len(subs)][0]
+                expr = subs[(j + len(subs) // 2) % len(subs)][1]
+                producer.send(config.subscriptions_topic, {"expr": expr, "subscriber": "bench"},
+                              key=f"s{sub_id}")  # fmt: skip
+            producer.flush(120)
+            wait(lambda: reports[-1].version >= target, 900, query,
+                 lambda: f"churn: version {reports[-1].version:,} of {target:,}")
+            churn_s = time.monotonic() - t0
+            results["churn"] = {
+                "changes": args.churn, "seconds": churn_s,
+                "changes_per_s": args.churn / churn_s,
+                "batches": sum(1 for r in reports[first:] if r.subscription_records),
+                "worker_peak_rss_bytes": max(r.workers.peak_rss_bytes for r in reports),
+            }  # fmt: skip
+            log.info("churn: %s", results["churn"])
         results["matches_per_event"] = results["throughput"]["notifications"] / args.backlog
     finally:
         collector.stop.set()
@@ -531,7 +560,7 @@ up) | {r["subscribe_s"]:.1f} s |
 | latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
 | publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
-| Python worker peak resident memory (the most of any worker) | \
+{_churn_row(r)}| Python worker peak resident memory (the most of any worker) | \
 {r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
 | index estimated bytes (`Matcher.stats()`, one worker's) | {r["index_bytes"] / 2**20:,.0f} MiB |
 
@@ -550,6 +579,17 @@ that read events; `addBatch` is psmatch's `foreachBatch`, the rest Spark's own s
 | step (latency phase) | ms |
 | --- | --- |
 {_spark_rows(lat["spark_ms"])}"""
+
+
+def _churn_row(r: dict[str, Any]) -> str:
+    """The churn phase's row of a summary table (none without the phase)."""
+    if "churn" not in r:
+        return ""
+    c = r["churn"]
+    return (f"| churn: {c['changes']:,} live subscriptions replaced (publish → applied in "
+            f"Redis, the workers caught up; {c['batches']} batches) | {c['seconds']:.1f} s → "
+            f"**{c['changes_per_s']:,.0f} changes/s** (a worker's peak then "
+            f"{c['worker_peak_rss_bytes'] / 2**20:,.0f} MiB) |\n")
 
 
 def _spark_rows(ms: dict[str, float]) -> str:
@@ -648,7 +688,7 @@ up) | {r["subscribe_s"]:.1f} s |
 | notifications/s out (latency phase) | {lat["notifications_per_s"]:,.0f} |
 | publish → notification latency p50 / p99 / max | {lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f} / {lat["max_ms"]:,.0f} ms |
-
+{_churn_row(r)}
 Where a batch's time goes (mean per batch with events; backlog phase:
 {tp["breakdown"]["batches"]:.0f} batches of {tp["breakdown"]["events_per_batch"]:,.0f} events;
 latency phase:

@@ -49,6 +49,8 @@ entries) peaked at 1,583-1,593 MiB with an eighth, 1,464-1,472 MiB with a sixtee
 a 32nd, in the same time within this machine's noise (PSTBloom's, 1,033-1,045 MiB
 either way, peaks elsewhere; docs/bench-streaming.md). Each entry then moves about this
 many times in a bulk build."""
+COMPACT_BLOCK = 1 << 20
+"""Entries a compaction's filter is asked about at once (:meth:`MultiMap.compact`)."""
 BITS_PER_KEY = 8
 """Bits of the key filter per distinct key: about 1 missing query in 8 gets through."""
 _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)  # 2**64 / golden ratio: spreads nearby keys
@@ -215,10 +217,11 @@ class MultiMap:
     def compact(self, keep: Filter | None) -> None:
         """Merge the delta into main, keeping only entries ``keep`` accepts (all without
         a filter). O(n) besides the delta's sort; the key filter is rebuilt to the kept
-        keys."""
+        keys. ``keep`` is asked :data:`COMPACT_BLOCK` entries at a time
+        (:meth:`_kept_entries`)."""
         self._merge_delta()
         if keep is not None:
-            kept = keep(np.repeat(self._keys, np.diff(self._offsets)), self._values)
+            kept = self._kept_entries(keep)
             self._values = self._values[kept]
             counts = (np.add.reduceat(kept, self._offsets[:-1], dtype=np.int32)
                       if len(self._keys) else np.zeros(0, dtype=np.int32))
@@ -227,6 +230,24 @@ class MultiMap:
                                            ).astype(np.int32)
             self._main_directory = None
         self._filter = KeyFilter(self._keys, len(self._keys) + MERGE_MIN)
+
+    def _kept_entries(self, keep: Filter) -> np.ndarray:
+        """The mask of main's entries ``keep`` accepts, asked one block of
+        :data:`COMPACT_BLOCK` entries at a time with each entry's key, so that the keys
+        expanded per entry and whatever ``keep`` computes from them are a block's, not
+        the whole table's (at 1M BE-Gen subscriptions PSTHash's table holds 23M entries,
+        184 MB per int64 column: expanded at once, a worker's purge under churn raised
+        its peak by about 1 GB; docs/bench-streaming.md). O(n) in all."""
+        offsets, total = self._offsets, len(self._values)
+        kept = np.empty(total, dtype=bool)
+        for lo in range(0, total, COMPACT_BLOCK):
+            hi = min(lo + COMPACT_BLOCK, total)
+            # keys first..last-1 own entries lo..hi-1: clip their ranges to the block
+            first = int(np.searchsorted(offsets, lo, side="right")) - 1
+            last = int(np.searchsorted(offsets, hi, side="left"))
+            counts = np.diff(np.clip(offsets[first : last + 1], lo, hi))
+            kept[lo:hi] = keep(np.repeat(self._keys[first:last], counts), self._values[lo:hi])
+        return kept
 
     def entries(self) -> tuple[np.ndarray, np.ndarray]:
         """All (key, value) entries, main then delta; for checks and rebuilds."""

@@ -65,8 +65,11 @@ def test_range_lookups_return_the_entries_of_the_keys_in_each_range(batches, ran
 def test_merges_and_compactions_keep_each_keys_values_in_insertion_order(batches,
                                                                          drop) -> None:
     """With a tiny merge threshold every few adds merge the delta into main (new keys and
-    keys main has): lookups keep giving each key's values in insertion order."""
-    with patch.object(multimap_module, "MERGE_MIN", 4):
+    keys main has): lookups keep giving each key's values in insertion order. A
+    compaction in blocks of 3 entries (a key's values split across blocks) asks its
+    filter about every entry with its own key."""
+    with (patch.object(multimap_module, "MERGE_MIN", 4),
+          patch.object(multimap_module, "COMPACT_BLOCK", 3)):
         multimap, reference = MultiMap(), {}
         for batch in batches:
             add(multimap, reference, batch)
@@ -76,10 +79,11 @@ def test_merges_and_compactions_keep_each_keys_values_in_insertion_order(batches
             for i, v in zip(owner.tolist(), values.tolist(), strict=True):
                 got.setdefault(int(queries[i]), []).append(v)
             assert got == reference
-        multimap.compact(lambda k, v: (v ^ drop) % 3 != 0)
+        multimap.compact(lambda k, v: ((v ^ drop) + k) % 3 != 0)
         multimap.check()
         owner, values = multimap.lookup(np.arange(41, dtype=np.int64))
-        kept = [(k, v) for k in range(41) for v in reference.get(k, []) if (v ^ drop) % 3]
+        kept = [(k, v) for k in range(41) for v in reference.get(k, [])
+                if ((v ^ drop) + k) % 3]
         assert list(zip(owner.tolist(), values.tolist(), strict=True)) == kept
 
 
@@ -114,6 +118,31 @@ def test_compact_keeps_what_the_filter_accepts_and_the_key_filter_follows() -> N
     multimap.check()
     owner, values = multimap.lookup(np.array([4, 5, 9_998], dtype=np.int64))
     assert owner.tolist() == [0, 2] and values.tolist() == [4, 9_998]
+
+
+def test_a_compaction_asks_its_filter_a_block_of_entries_at_a_time() -> None:
+    """The filter sees at most COMPACT_BLOCK entries per call, each once, with its key:
+    a purge's temporaries are a block's, whatever the table's size."""
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 500, 20_000)  # about 40 values a key
+    multimap = MultiMap()
+    multimap.add(keys, np.arange(20_000, dtype=np.int32))
+    asked: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def keep(k: np.ndarray, v: np.ndarray) -> np.ndarray:
+        asked.append((k.copy(), v.copy()))
+        return v % 2 == 0
+
+    with patch.object(multimap_module, "COMPACT_BLOCK", 1_000):
+        multimap.compact(keep)
+    multimap.check()
+    assert max(len(v) for _, v in asked) == 1_000 and len(asked) == 20
+    seen_keys = np.concatenate([k for k, _ in asked])
+    seen_values = np.concatenate([v for _, v in asked])
+    assert sorted(seen_values.tolist()) == list(range(20_000))
+    assert (seen_keys == keys[seen_values]).all()
+    _, values = multimap.lookup(np.arange(500, dtype=np.int64))
+    assert sorted(values.tolist()) == list(range(0, 20_000, 2))
 
 
 def test_the_key_filter_drops_most_missing_queries() -> None:
