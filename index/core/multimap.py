@@ -37,7 +37,8 @@ from index.core.columns import (
 from index.errors import PsmatchError
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
-"""Maps (keys, values) of all entries to a boolean mask of the entries to keep."""
+"""Maps (keys, values) of entries to a boolean mask of those to keep, entry by entry: a
+compaction asks it about a block of entries at a time (:data:`COMPACT_BLOCK`)."""
 
 MERGE_MIN = 4096
 """Delta entries that always wait for a merge (beyond it, :data:`MERGE_FRACTION`)."""
