@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import gc
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -151,7 +152,7 @@ class Matcher(ABC):
         """
         with _gc_paused():
             self._file_staged()
-            batch: list[tuple[int, Subscription]] = []
+            batch: list[tuple[Hashable, Subscription]] = []
             pending: set[Hashable] = set()
             try:
                 for sub_id, expr in items:
@@ -159,18 +160,27 @@ class Matcher(ABC):
                         expr if isinstance(expr, Subscription) else parse_subscription(expr)
                     )
                     if sub_id in pending or len(batch) >= self.bulk_size:
-                        self._insert_many(batch)
+                        self._replace_many(batch)
                         batch, pending = [], set()
                     pending.add(sub_id)
-                    batch.append((self._claim_slot(sub_id), subscription))
+                    batch.append((sub_id, subscription))
             finally:
                 if batch:
-                    self._insert_many(batch)
+                    self._replace_many(batch)
                 self._finish_bulk()
                 _release_free_heap()
 
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""
+
+    def _replace_many(self, batch: list[tuple[Hashable, Subscription]]) -> None:
+        """Index a batch of subscriptions under distinct ids in one bulk insert, after
+        one bulk removal of those the ids held before."""
+        replaced = [sub_id for sub_id, _ in batch if sub_id in self._slot_of]
+        if replaced:
+            self.remove_many(replaced)
+        self._insert_many([(self._claim_slot(sub_id), subscription)
+                           for sub_id, subscription in batch])
 
     def _file_staged(self) -> None:
         """File the subscriptions staged by ``add``, in one bulk insert."""
@@ -191,11 +201,28 @@ class Matcher(ABC):
 
     def remove(self, sub_id: Hashable) -> None:
         """Remove the subscription ``sub_id``; ``KeyError`` if there is none."""
+        self.remove_many([sub_id])
+
+    def remove_many(self, sub_ids: Iterable[Hashable]) -> None:
+        """Remove many subscriptions: the same as ``remove`` on each, but in bulk.
+
+        ``KeyError`` if one is not held or is given twice, before anything is removed.
+        The indexed matchers unfile the conjuncts of all of them together, as column
+        operations, and check once whether a purge is due: cost O(their predicates)
+        vectorised, plus the amortised purge, where one ``remove`` at a time pays numpy's
+        fixed costs for each.
+        """
         self._file_staged()
-        slot = self._slot_of.pop(sub_id)
-        self._delete(slot)
-        self._ids[slot] = None
-        self._free_slots.append(slot)
+        ids = list(sub_ids)
+        slots = list(map(self._slot_of.__getitem__, ids))
+        if len(set(slots)) < len(slots):
+            raise KeyError(next(sub_id for sub_id, n in Counter(ids).items() if n > 1))
+        for sub_id in ids:
+            del self._slot_of[sub_id]
+        self._delete_many(slots)
+        for slot in slots:
+            self._ids[slot] = None
+        self._free_slots.extend(slots)
 
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._slot_of
@@ -285,6 +312,12 @@ class Matcher(ABC):
         """Index each subscription under its free slot; override to do it in bulk."""
         for slot, subscription in batch:
             self._insert(slot, subscription)
+
+    def _delete_many(self, slots: list[int]) -> None:
+        """Remove everything indexed under each of the distinct ``slots``; override to
+        do it in bulk."""
+        for slot in slots:
+            self._delete(slot)
 
     def _finish_bulk(self) -> None:  # noqa: B027 - a hook; most matchers need nothing
         """Called at the end of ``add_many``: compact what a bulk load left loose."""

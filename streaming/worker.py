@@ -198,18 +198,17 @@ class WorkerIndex:
         """Apply stored subscriptions and deletions (``(id, stored text, normal form)``,
         the text ``None`` for a delete), in order, in bulk: changes of other shards are
         skipped (one CRC-32 of the id each, none with one shard); only each id's last
-        change counts; deletions are one ``remove`` each (the Matcher interface has no
-        bulk removal), and the puts go to :meth:`load`. Raises whatever ``add_many``
-        raised: the matcher may then be half updated, and the caller discards it.
+        change counts; the deletions are one bulk removal, and the puts go to
+        :meth:`load`. Raises whatever ``add_many`` raised: the matcher may then be half
+        updated, and the caller discards it.
 
-        Cost: one JSON decode and normal-form load (or expression parse) per put, and the
-        matcher's bulk insert.
+        Cost: one JSON decode and normal-form load (or expression parse) per put, the
+        matcher's bulk removal of the deleted and replaced subscriptions, and its bulk
+        insert.
         """
         holds = self.shard.holds
         latest = {sub_id: (stored, form) for sub_id, stored, form in changes if holds(sub_id)}
-        for sub_id, (stored, _) in latest.items():
-            if stored is None:
-                self.delete(sub_id)
+        self.delete([sub_id for sub_id, (stored, _) in latest.items() if stored is None])
         self.load((sub_id, stored, form) for sub_id, (stored, form) in latest.items()
                   if stored is not None)  # fmt: skip
 
@@ -235,8 +234,7 @@ class WorkerIndex:
             for sub_id, (key, head) in heads.items():  # an id given twice: its last ones
                 self.heads.put(self.matcher.slot_of(sub_id), key, head)
             self.heads.merge()
-        for sub_id in left_out:
-            self.delete(sub_id)
+        self.delete(left_out)
 
     @staticmethod
     def _decode(
@@ -268,15 +266,18 @@ class WorkerIndex:
             # add_many files before it returns (add would stage): a culprit raises here
             self.matcher.add_many([(sub_id, record.subscription)])
         except Exception as exc:  # the per-record barrier; no I/O inside
-            self.delete(sub_id)
+            self.delete([sub_id])
             log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
             return
         self.heads.put(self.matcher.slot_of(sub_id), key, head)
 
-    def delete(self, sub_id: str) -> None:
-        if sub_id in self.matcher:
+    def delete(self, sub_ids: list[str]) -> None:
+        """Remove those of ``sub_ids`` the matcher holds (an id may come twice), with
+        their heads, in one bulk removal (``Matcher.remove_many``)."""
+        held = [sub_id for sub_id in dict.fromkeys(sub_ids) if sub_id in self.matcher]
+        for sub_id in held:
             self.heads.clear(self.matcher.slot_of(sub_id))
-            self.matcher.remove(sub_id)
+        self.matcher.remove_many(held)
 
     def check(self) -> None:
         """Assert the matcher's invariants, and that every subscription it holds has its

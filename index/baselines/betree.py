@@ -527,8 +527,8 @@ class BETreeMatcher(ForestMatcher):
 
     # -- deletion ----------------------------------------------------------------------
 
-    def _unfile_rows(self, cids: list[int]) -> None:
-        for cid in cids:
+    def _unfile_rows(self, cids: np.ndarray) -> None:
+        for cid in cids.tolist():
             node = self._node_of.pop(cid)
             self._take(cid, node, self._trees(cid))
             self._gate_of.pop(cid, None)

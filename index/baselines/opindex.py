@@ -279,14 +279,12 @@ class OpIndexMatcher(ForestMatcher):
 
     # -- deletion ----------------------------------------------------------------------
 
-    def _unfile_rows(self, cids: list[int]) -> None:
+    def _unfile_rows(self, cids: np.ndarray) -> None:
         """The conjuncts leave the attribute counts; their entries are tombstones until
         the purge (dead conjuncts are dropped when counted)."""
         store = self.store
-        for cid in cids:
-            start = int(store.pred_start.data[cid])
-            trees = store.pred_tree.data[start : start + int(store.pred_count.data[cid])]
-            self.attribute_use[trees] -= 1
+        _, pids = expand_ranges(store.pred_start.data[cids], store.pred_count.data[cids])
+        np.subtract.at(self.attribute_use, store.pred_tree.data[pids], 1)
 
     def _purge(self) -> None:
         """Rebuild lists, signatures and counter slots without the removed conjuncts.

@@ -83,8 +83,8 @@ class TwoPhaseMatcher(IndexedMatcher):
         self.size.put(cids, sizes)
         return residual
 
-    def _unfile(self, cids: list[int]) -> None:
-        for cid in cids:
+    def _unfile(self, cids: np.ndarray) -> None:
+        for cid in cids.tolist():
             conjunct = self.conjuncts[cid]
             assert conjunct is not None
             self.conjuncts[cid] = None

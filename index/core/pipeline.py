@@ -6,10 +6,11 @@ all indexes (every matcher but the reference ``scan``):
 * **add**: the subscriptions' conjuncts get ids from the
   :class:`index.core.registry.ConjunctRegistry`; the family *files* them in its
   structures (:meth:`IndexedMatcher._file`) and says which are residual;
-* **remove**: the registry unlinks the subscription's conjuncts (dead at once); the
-  family *unfiles* them (:meth:`IndexedMatcher._unfile`); once the registry says a purge
-  is due, the family drops every entry naming dead conjuncts
-  (:meth:`IndexedMatcher._purge`) and the registry makes their ids reusable;
+* **remove**, of one subscription or many at once: the registry unlinks the
+  subscriptions' conjuncts (dead at once); the family *unfiles* them all together
+  (:meth:`IndexedMatcher._unfile`); once the registry says a purge is due, the family
+  drops every entry naming dead conjuncts (:meth:`IndexedMatcher._purge`) and the
+  registry makes their ids reusable;
 * **match**, for a batch of validated flat events: the family prepares the batch once
   (:meth:`IndexedMatcher._begin`, e.g. locating every pair in the PS-Trees), then per
   *chunk* of events: *candidates* (the family's lookup,
@@ -100,7 +101,10 @@ class IndexedMatcher(Matcher):
             self.registry.mark_residual(cids[residual], [conjuncts[i] for i in residual])
 
     def _delete(self, slot: int) -> None:
-        self._unfile(self.registry.unlink(slot))
+        self._delete_many([slot])
+
+    def _delete_many(self, slots: list[int]) -> None:
+        self._unfile(self.registry.unlink(np.array(slots, dtype=np.int64)))
         if self.registry.purge_due:
             self._purge()
             self.registry.reclaim()
@@ -158,8 +162,8 @@ class IndexedMatcher(Matcher):
         """Index new conjuncts under their cids; returns the mask of residual ones."""
 
     @abstractmethod
-    def _unfile(self, cids: list[int]) -> None:
-        """Take removed conjuncts out (or mark them for the purge)."""
+    def _unfile(self, cids: np.ndarray) -> None:
+        """Take removed conjuncts out (or mark them for the purge), all at once."""
 
     @abstractmethod
     def _purge(self) -> None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
+from itertools import compress, pairwise
 
 import numpy as np
 
@@ -109,15 +109,6 @@ class Splits:
                       np.concatenate([p.new_sids for p in parts]))
 
 
-@dataclass(slots=True)
-class Merge:
-    """Spaces ``removed_sids`` folded back into ``sid`` when their bound was released."""
-
-    tree: int
-    sid: int
-    removed_sids: tuple[int, int]
-
-
 class SpaceTable:
     """Per-space columns shared by all trees, indexed by space id.
 
@@ -162,11 +153,12 @@ class SpaceTable:
         self.event_counter[sids] = 0 if like is None else self.event_counter[like]
         return sids
 
-    def free(self, sid: int) -> None:
-        self.alive[sid] = False
-        self.predicate_counter[sid] = 0
-        self.live -= 1
-        self.dead.append(sid)
+    def free(self, sids: np.ndarray) -> None:
+        """Free live space ids (distinct): dead until :meth:`reclaim`."""
+        self.alive[sids] = False
+        self.predicate_counter[sids] = 0
+        self.live -= len(sids)
+        self.dead.extend(sids.tolist())
 
     def reclaim(self) -> None:
         """Make the dead ids reusable; call once no structure names them."""
@@ -200,7 +192,7 @@ class PSTree:
     Bounds are kept sorted in numpy arrays (``hi``/``lo`` for numbers and booleans,
     ``keys`` for strings) beside a Python list of the exact values for ``bisect``.
     ``space_ids[p]`` is the id of the space at position ``p``; ``bound_ids[i]`` the
-    global id of bound ``b_i``; ``refs[i]`` how many interval ends use ``b_i``.
+    global id of bound ``b_i`` (its reference count is the forest's, by bound id).
     """
 
     def __init__(self, tree_id: int, attribute: str, kind: Kind, spaces: SpaceTable) -> None:
@@ -212,7 +204,6 @@ class PSTree:
         self.hi = np.empty(0, dtype=np.float64)
         self.lo = np.empty(0, dtype=np.float64)
         self.keys = np.empty(0, dtype=object)
-        self.refs = np.empty(0, dtype=np.int32)
         self.bound_ids = np.empty(0, dtype=np.int32)
         self.space_ids = spaces.new(tree_id)
         self.total_events = 0
@@ -247,7 +238,6 @@ class PSTree:
             present = np.empty(len(self.values), dtype=object)
             present[:] = self.values
             self.values = insert_sorted(present, below, values).tolist()
-        self.refs = insert_sorted(self.refs, below, np.zeros(k, dtype=self.refs.dtype))
         self.bound_ids = insert_sorted(self.bound_ids, below, new_bound_ids)
         gaps = self.space_ids[2 * below]
         new = self.spaces.new(self.tree_id, like=np.repeat(gaps, 2))
@@ -285,30 +275,34 @@ class PSTree:
         assert (positions % 2 == 1).all(), "not all values are bounds"
         return positions // 2
 
-    def release_bound(self, i: int) -> Merge | None:
-        """Drop one reference to bound ``i``; remove it and merge when none is left."""
-        self.refs[i] -= 1
-        if self.refs[i]:
-            return None
-        del self.values[i]
-        self.refs = np.delete(self.refs, i)
+    def remove_bounds(self, gone: np.ndarray) -> None:
+        """Remove the bounds at indexes ``gone`` (sorted, distinct), which no interval
+        references any more. Each merges the three spaces around it into the gap below
+        it, which keeps its id; the point and the gap above are freed.
+
+        A merged space keeps the largest event counter of the spaces it absorbs: a split
+        copied the gap's counter into both new spaces, so adding them up would count the
+        gap's history three times and grow without bound under churn; the largest stays
+        within the events the tree has seen. Cost O(m), however many bounds go.
+        """
+        kept = np.ones(len(self.bound_ids), dtype=bool)
+        kept[gone] = False
+        self.values = list(compress(self.values, kept.tolist()))
         if self.kind is Kind.STRING:
-            self.keys = np.delete(self.keys, i)
+            self.keys = self.keys[kept]
         else:
-            self.hi = np.delete(self.hi, i)
-            self.lo = np.delete(self.lo, i)
-        self.bound_ids = np.delete(self.bound_ids, i)
-        keep = int(self.space_ids[2 * i])
-        removed = (int(self.space_ids[2 * i + 1]), int(self.space_ids[2 * i + 2]))
-        # The merged space keeps the largest event counter of the three: the split
-        # copied the gap's counter into both new spaces, so adding them up would count
-        # the gap's history three times and grow without bound under churn; the
-        # largest stays within the events the tree has seen.
-        self.spaces.event_counter[keep] = self.spaces.event_counter[[keep, *removed]].max()
-        for sid in removed:
-            self.spaces.free(sid)
-        self.space_ids = np.delete(self.space_ids, [2 * i + 1, 2 * i + 2])
-        return Merge(self.tree_id, keep, removed)
+            self.hi = self.hi[kept]
+            self.lo = self.lo[kept]
+        self.bound_ids = self.bound_ids[kept]
+        kept_space = np.ones(len(self.space_ids), dtype=bool)
+        kept_space[2 * gone + 1] = False
+        kept_space[2 * gone + 2] = False
+        # each kept space absorbs the freed ones that follow it, up to the next kept one
+        starts = np.flatnonzero(kept_space)
+        counters = self.spaces.event_counter
+        counters[self.space_ids[starts]] = np.maximum.reduceat(counters[self.space_ids], starts)
+        self.spaces.free(self.space_ids[~kept_space])
+        self.space_ids = self.space_ids[kept_space]
 
     def locate(self, values: Sequence[Value]) -> np.ndarray:
         """Space positions of a batch of values of this tree's kind.
@@ -354,8 +348,7 @@ class PSTree:
         """Assert the tree's invariants."""
         m = len(self.values)
         assert len(self.space_ids) == 2 * m + 1
-        assert len(self.refs) == m == len(self.bound_ids)
-        assert (self.refs > 0).all()
+        assert m == len(self.bound_ids)
         keys = [self._sort_key(v) for v in self.values]
         assert all(a < b for a, b in pairwise(keys)), "bounds not sorted"
         if self.kind is Kind.STRING:
@@ -376,8 +369,9 @@ class Forest:
 
     ``bound_tree[b]`` and ``bound_rank[b]`` give, for a global bound id, its tree and
     its current index among that tree's bounds (kept up to date on every insert and
-    removal, O(m) for the tree concerned). Interval rows refer to bound ids, so a row
-    stays valid while spaces split and merge around it.
+    removal, O(m) for the tree concerned); ``bound_refs[b]`` how many interval ends use
+    it. Interval rows refer to bound ids, so a row stays valid while spaces split and
+    merge around it.
     """
 
     def __init__(self) -> None:
@@ -386,6 +380,7 @@ class Forest:
         self.tree_of: dict[tuple[str, Kind], int] = {}
         self.bound_tree = np.zeros(64, dtype=np.int32)
         self.bound_rank = np.zeros(64, dtype=np.int32)
+        self.bound_refs = np.zeros(64, dtype=np.int32)  # interval ends using each bound
         self._bound_count = 0  # bound ids handed out so far
         self._dead_bounds: list[int] = []  # released, reusable after reclaim
         self._free_bounds: list[int] = []
@@ -416,10 +411,12 @@ class Forest:
             grow = grown_capacity(self._bound_count + fresh, len(self.bound_tree))
             self.bound_tree = zero_padded(self.bound_tree, grow)
             self.bound_rank = zero_padded(self.bound_rank, grow)
+            self.bound_refs = zero_padded(self.bound_refs, grow)
         bids = np.concatenate([np.array(reused, dtype=np.int64),
                                np.arange(self._bound_count, self._bound_count + fresh)])
         self._bound_count += fresh
         self.bound_tree[bids] = tree
+        self.bound_refs[bids] = 0
         return bids
 
     def _rerank(self, tree: PSTree) -> None:
@@ -454,22 +451,30 @@ class Forest:
             # value (in order) lands after its ``below`` bounds and the r new before it.
             index += np.searchsorted(below, index, side="right")
             index[new_at] = below[rank] + rank
-        tree.refs += np.bincount(index, minlength=len(tree.refs))
-        return tree.bound_ids[index], splits
+        bids = tree.bound_ids[index]
+        np.add.at(self.bound_refs, bids, 1)
+        return bids, splits
 
-    def release_interval(self, tree: PSTree, lo_bid: int, hi_bid: int) -> list[Merge]:
-        """Drop an interval's references to its bounds, merging spaces as they free."""
-        merges = []
-        for bid in (lo_bid, hi_bid):
-            if bid < 0:
-                continue
-            merge = tree.release_bound(int(self.bound_rank[bid]))
-            if merge is not None:
-                self._dead_bounds.append(bid)
-                merges.append(merge)
-                self._rerank(tree)
-                self.version += 1
-        return merges
+    def release_bounds(self, bids: np.ndarray) -> None:
+        """Drop one reference to each bound of ``bids`` (a bound may come more than once;
+        -1, an unbounded end, is skipped). Bounds left with none are removed and their
+        spaces merge (:meth:`PSTree.remove_bounds`). Cost O(n log n) vectorised, plus
+        O(m) for each tree that loses bounds, however many it loses.
+        """
+        bids = bids[bids >= 0]
+        np.subtract.at(self.bound_refs, bids, 1)
+        gone = bids[self.bound_refs[bids] == 0]
+        if not len(gone):
+            return
+        gone = np.unique(gone)
+        trees = self.bound_tree[gone]
+        for tid in np.unique(trees).tolist():
+            tree = self.trees[tid]
+            ranks = np.sort(self.bound_rank[gone[trees == tid]])
+            self._dead_bounds.extend(tree.bound_ids[ranks].tolist())
+            tree.remove_bounds(ranks)
+            self._rerank(tree)
+            self.version += 1
 
     def reclaim(self) -> None:
         """Make the ids of freed spaces and released bounds reusable.
@@ -559,8 +564,9 @@ class Forest:
         """Estimated bytes: every numpy column, plus :data:`VALUE_BYTES` per bound value
         kept as a Python object (the list ``bisect`` searches)."""
         return int(self.spaces.nbytes + self.bound_tree.nbytes + self.bound_rank.nbytes
+                   + self.bound_refs.nbytes
                    + 8 * (len(self._dead_bounds) + len(self._free_bounds))
-                   + sum(t.hi.nbytes + t.lo.nbytes + t.keys.nbytes + t.refs.nbytes
+                   + sum(t.hi.nbytes + t.lo.nbytes + t.keys.nbytes
                          + t.bound_ids.nbytes + t.space_ids.nbytes
                          + VALUE_BYTES * len(t.values) for t in self.trees))
 
@@ -573,6 +579,7 @@ class Forest:
             if len(tree.bound_ids):
                 assert (self.bound_rank[tree.bound_ids] == np.arange(len(tree.bound_ids))).all()
                 assert (self.bound_tree[tree.bound_ids] == tree.tree_id).all()
+                assert (self.bound_refs[tree.bound_ids] > 0).all(), "an unused bound"
         assert live == self.spaces.live
         self.spaces.check()
         assert self._bound_count < MAX_IDS, "bound ids overflow"

@@ -64,10 +64,9 @@ class ForestMatcher(IndexedMatcher):
         self._file_rows(inserted)
         return inserted.residual
 
-    def _unfile(self, cids: list[int]) -> None:
+    def _unfile(self, cids: np.ndarray) -> None:
         self._unfile_rows(cids)
-        for cid in cids:
-            self.store.release(cid)
+        self.store.release(cids)
 
     def _purge(self) -> None:
         for multimap in self._posting_maps():
@@ -124,7 +123,7 @@ class ForestMatcher(IndexedMatcher):
         """File newly stored conjuncts (and follow the spaces their bounds split)."""
 
     @abstractmethod
-    def _unfile_rows(self, cids: list[int]) -> None:
+    def _unfile_rows(self, cids: np.ndarray) -> None:
         """Take removed conjuncts out while their rows and bounds are still intact."""
 
     def _posting_maps(self) -> list[MultiMap]:

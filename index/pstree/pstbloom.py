@@ -92,7 +92,7 @@ class PSTBloomMatcher(ForestMatcher):
         self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
 
-    def _unfile_rows(self, cids: list[int]) -> None:
+    def _unfile_rows(self, cids: np.ndarray) -> None:
         self._removed_since_build += len(cids)
 
     def _on_splits(self, splits: Splits) -> None:

@@ -166,7 +166,7 @@ class PSTHashMatcher(ForestMatcher):
         :meth:`_purge` and counted by :meth:`_family_bytes`."""
         return [self.table, self.access]
 
-    def _unfile_rows(self, cids: list[int]) -> None:
+    def _unfile_rows(self, cids: np.ndarray) -> None:
         """Nothing to do at once: the purge drops the removed conjuncts' entries."""
 
     def _family_bytes(self) -> int:

@@ -234,9 +234,11 @@ class ConjunctStore:
             tids[missing] = np.fromiter(map(tree_of.__getitem__, keys), np.int64, len(keys))
         return tids
 
-    def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray) -> None:
-        """Add one to the predicate counter of every space the intervals cover (global
-        layout positions ``first .. first + count - 1``).
+    def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray,
+                     step: int = 1) -> None:
+        """Add ``step`` (one, or minus one for released intervals) to the predicate
+        counter of every space the intervals cover, once per interval (global layout
+        positions ``first .. first + count - 1``).
 
         Cost O(min(spaces covered, layout + intervals)): intervals covering nearly a
         whole tree (``!=``, ``not in``) are counted by a running sum over the layout, not
@@ -245,11 +247,11 @@ class ConjunctStore:
         counter = self.forest.spaces.predicate_counter
         if int(count.sum()) <= len(layout):
             _, covered = expand_ranges(first, count)
-            np.add.at(counter, layout[covered], 1)
+            np.add.at(counter, layout[covered], step)
             return
         delta = np.bincount(first, minlength=len(layout) + 1)
         delta -= np.bincount(first + count, minlength=len(layout) + 1)
-        counter[layout] += np.cumsum(delta[:-1]).astype(np.int32)
+        counter[layout] += step * np.cumsum(delta[:-1]).astype(np.int32)
 
     def _reference_bounds(self, iv_tree: np.ndarray, ends: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray, Splits]:
@@ -292,22 +294,25 @@ class ConjunctStore:
         pred_tree[iv_pred] = iv_tree
         return per_pred / np.maximum(totals[pred_tree], 1.0)
 
-    def release(self, cid: int) -> None:
-        """Release a removed conjunct's rows: counters down, bounds released (spaces
-        merge); the rows stay until :meth:`compact`. O(p m)."""
-        forest = self.forest
-        start = int(self.pred_start.data[cid])
-        for pid in range(start, start + int(self.pred_count.data[cid])):
-            tree = forest.trees[int(self.pred_tree.data[pid])]
-            first = int(self.pred_iv_start.data[pid])
-            for iid in range(first, first + int(self.pred_iv_count.data[pid])):
-                lo_bid, hi_bid = int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])
-                lo, hi = forest.covered_positions(
-                    tree, lo_bid, bool(self.iv_lo_closed.data[iid]),
-                    hi_bid, bool(self.iv_hi_closed.data[iid]))
-                forest.spaces.predicate_counter[tree.space_ids[lo : hi + 1]] -= 1
-                forest.release_interval(tree, lo_bid, hi_bid)
-        self.dead_rows += int(self.pred_count.data[cid])
+    def release(self, cids: np.ndarray) -> None:
+        """Release removed conjuncts' rows, all at once: the predicate counter of every
+        space their intervals cover goes down by one per interval, and their bounds lose
+        a reference each (a bound left with none goes and its spaces merge,
+        :meth:`index.pstree.forest.Forest.release_bounds`); the rows stay until
+        :meth:`compact`. Cost O(intervals + spaces covered) vectorised (or the layout,
+        if smaller), plus O(m) per tree that loses bounds."""
+        _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
+        iv_pred, iids = expand_ranges(self.pred_iv_start.data[pids],
+                                      self.pred_iv_count.data[pids])
+        iv_tree = self.pred_tree.data[pids[iv_pred]].astype(np.int64)
+        lo_bid, hi_bid = self.iv_lo_bid.data[iids], self.iv_hi_bid.data[iids]
+        base, sizes, layout = self.forest.space_layout()
+        lo, hi = self._positions(lo_bid, self.iv_lo_closed.data[iids], hi_bid,
+                                 self.iv_hi_closed.data[iids])
+        hi = np.minimum(hi, sizes[iv_tree] - 1)
+        self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout, -1)
+        self.forest.release_bounds(np.concatenate([lo_bid, hi_bid]))
+        self.dead_rows += len(pids)
 
     @property
     def _columns(self) -> tuple[GrowableArray, ...]:

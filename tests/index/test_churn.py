@@ -59,6 +59,38 @@ def test_churn_memory_follows_the_live_subscriptions(name: str) -> None:
     assert churned <= 4 / 3 * rebuilt, (churned / rebuilt)
 
 
+@pytest.mark.parametrize("name", INDEXES)
+def test_bulk_replacements_and_removals_agree_with_scan(name: str) -> None:
+    """The service's path: ``add_many`` of batches that replace live ids and
+    ``remove_many``, each in bulk, across several purges; ``check()`` after each."""
+    rng = random.Random(3)
+    matcher, scan = make_matcher(name), make_matcher("scan")
+
+    def text() -> str:  # small domains: bounds shared and released, events matching
+        v = rng.randrange(100)
+        return (f"a{rng.randrange(3)} between {v} and {v + rng.randrange(1, 30)} "
+                f"and b{rng.randrange(2)} in ({rng.randrange(5)}, {rng.randrange(5)})")
+
+    batch = [{f"a{i}": rng.randrange(130) for i in range(3)}
+             | {f"b{i}": rng.randrange(5) for i in range(2)} for _ in range(30)]
+    matched = 0
+    for step in range(40):
+        texts = [(rng.randrange(300), text()) for _ in range(rng.randrange(1, 60))]
+        matcher.add_many(texts)
+        scan.add_many(texts)
+        matcher.check()
+        held = list(scan)
+        removed = rng.sample(held, min(len(held), rng.randrange(0, 40)))
+        matcher.remove_many(removed)
+        scan.remove_many(removed)
+        matcher.check()
+        if step % 5 == 0:
+            expected = scan.match_batch(batch)
+            assert matcher.match_batch(batch) == expected
+            matched += sum(map(len, expected))
+    assert matched > 100  # the comparisons were not of empty answers
+
+
 cycles = st.lists(st.tuples(st.integers(0, 7), expressions(4)), min_size=1, max_size=12)
 
 

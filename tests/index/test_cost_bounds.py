@@ -16,6 +16,7 @@ import pytest
 from index import MATCHERS, make_matcher
 from index.language import parse_subscription
 from index.pstree import store as store_module
+from index.pstree.forest import PSTree
 from index.pstree.psthash import PSTHashMatcher
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
@@ -158,3 +159,34 @@ def test_the_row_table_is_computed_a_block_at_a_time(monkeypatch: pytest.MonkeyP
     assert np.array_equal(matcher.store.row_table(), whole)
     matcher.check()
     assert matcher.match({"a": 5, "b": 1, "c": 9}) == {5}
+
+
+@pytest.mark.parametrize("name", ["pstbloom", "psthash", "opindex", "betree"])
+def test_a_bulk_removal_releases_rows_once_and_each_tree_once(
+    name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``remove_many`` unfiles its subscriptions together: one release of their rows,
+    and each tree that loses bounds rebuilt once (O(m)), not once per freed bound."""
+    matcher = make_matcher(name)
+    matcher.add_many((i, f"a between {i} and {i + 1} and b in ({i}, {-i - 1})")
+                     for i in range(0, 4_000, 2))
+    spaces_before = matcher.forest.spaces.live
+    calls = {"release": 0, "remove_bounds": 0}
+
+    def counted(cls: type, method: str) -> None:
+        original = getattr(cls, method)
+
+        def wrapper(self: object, *args: object) -> object:
+            calls[method] += 1
+            return original(self, *args)
+
+        monkeypatch.setattr(cls, method, wrapper)
+
+    counted(store_module.ConjunctStore, "release")
+    counted(PSTree, "remove_bounds")
+    matcher.remove_many(range(0, 2_000, 2))  # all 4,000 bounds of these go: 4,000 merges
+    matcher.check()
+    assert calls == {"release": 1, "remove_bounds": 2}
+    assert matcher.forest.spaces.live == spaces_before - 2 * 4_000
+    assert matcher.match_batch([{"a": 1_000.5, "b": 1_000}, {"a": 3_000.5, "b": 3_000}]) == [
+        set(), {3_000}]

@@ -29,6 +29,7 @@ operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.integers(0, 12), expressions()),
         st.tuples(st.just("remove"), st.integers(0, 12), st.none()),
+        st.tuples(st.just("remove_many"), st.none(), st.sets(st.integers(0, 12), max_size=6)),
         st.tuples(st.just("match"), st.none(), st.lists(events(), min_size=1, max_size=8)),
     ),
     min_size=1,
@@ -69,6 +70,12 @@ def test_matcher_returns_what_scan_returns(name: str, ops: list) -> None:
                 matcher.remove(sub_id)
                 scan.remove(sub_id)
                 matcher.check()
+        elif op == "remove_many":
+            held = [sub_id for sub_id in arg if sub_id in scan]
+            matcher.remove_many(held)
+            for sub_id in held:
+                scan.remove(sub_id)
+            matcher.check()
         else:
             assert matcher.match_batch(arg) == scan.match_batch(arg)
         assert len(matcher) == len(scan)
@@ -91,8 +98,9 @@ def test_larger_indexes_agree_with_scan_before_and_after_removals(
         scan.add(i % 40, subscription)
     matcher.check()
     assert matcher.match_batch(batch) == scan.match_batch(batch)
-    for sub_id in list(scan._slot_of)[::2]:
-        matcher.remove(sub_id)
+    removed = list(scan._slot_of)[::2]
+    matcher.remove_many(removed)  # in bulk, against scan's one at a time
+    for sub_id in removed:
         scan.remove(sub_id)
     matcher.check()
     assert matcher.match_batch(batch) == scan.match_batch(batch)

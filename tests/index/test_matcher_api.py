@@ -44,6 +44,20 @@ def test_add_match_replace_remove(matcher):
         matcher.remove("books")
 
 
+def test_remove_many_removes_all_or_nothing(matcher):
+    matcher.add_many([("a", "x = 1"), ("b", "x = 1 or y = 2"), ("c", "x = 1")])
+    matcher.add("d", "y = 2")  # staged: removed like the filed ones
+    for bad in (["a", "nope"], ["a", "b", "a"]):
+        with pytest.raises(KeyError):
+            matcher.remove_many(bad)
+        assert len(matcher) == 4 and matcher.match({"x": 1}) == {"a", "b", "c"}
+    matcher.remove_many(["b", "d", "a"])
+    matcher.check()
+    assert set(matcher) == {"c"} and matcher.match({"x": 1, "y": 2}) == {"c"}
+    matcher.remove_many([])
+    assert len(matcher) == 1
+
+
 def test_staged_adds_are_seen_by_every_read(matcher):
     """``add`` stages and the next read files: no read may see the index without them."""
     matcher.add("a", "x = 1")

@@ -29,7 +29,7 @@ def test_removed_ids_are_reused_only_after_reclaim(monkeypatch):
     r = ConjunctRegistry()
     for slot in range(4):
         r.allocate([slot], conjuncts(f"a = {slot}"))
-    removed = r.unlink(0) + r.unlink(1)
+    removed = r.unlink(np.array([0, 1]))
     r.check([2, 3])
     assert not r.alive.data[removed].any() and r.purge_due and r.awaiting_reclaim == 2
     assert set(r.allocate([5], conjuncts("b = 1")).tolist()).isdisjoint(removed)
@@ -53,6 +53,6 @@ def test_residual_conjuncts_are_finished_by_evaluation():
     # the index decided the second conjunct; the first holds only where "x" occurs
     assert list(zip(kept_e.tolist(), kept_c.tolist(), strict=True)) == [
         (0, cids[0]), (0, cids[1]), (1, cids[1])]
-    r.unlink(0)
+    r.unlink(np.array([0]))
     r.check([1])
     assert not r.residual_conjuncts

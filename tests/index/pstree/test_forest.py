@@ -54,6 +54,22 @@ def test_space_ids_are_stable_and_a_split_copies_counters():
     forest.check()
 
 
+def test_released_runs_of_bounds_merge_into_the_gap_below_with_the_largest_counter():
+    forest = Forest()
+    tree = forest.tree("x", Kind.NUMBER)
+    bids, _ = forest.add_bounds(tree, [1, 2, 3, 4, 5, 2])  # bound 2 twice
+    sids = tree.space_ids.copy()  # (-inf,1) [1] (1,2) [2] (2,3) [3] (3,4) [4] (4,5) [5] (5,inf)
+    forest.spaces.event_counter[sids] = [1, 2, 3, 4, 5, 6, 9, 8, 7, 1, 1]
+    tree.total_events = 47  # as if these events fell there
+    forest.release_bounds(bids[[1, 2, 5, 0]])  # 1, 2 and 3 go (a run); 4 and 5 stay
+    forest.check()
+    assert tree.values == [4, 5] and forest.bound_refs[tree.bound_ids].tolist() == [1, 1]
+    # (-inf,4) keeps the first gap's id and the largest counter of the seven it absorbed
+    assert tree.space_ids.tolist() == [sids[0], *sids[7:]]
+    assert forest.spaces.event_counter[tree.space_ids].tolist() == [9, 8, 7, 1, 1]
+    assert forest.spaces.live == 5 and not forest.spaces.alive[sids[1:7]].any()
+
+
 def test_locate_is_exact_beyond_2_53():
     forest = Forest()
     tree = forest.tree("x", Kind.NUMBER)
@@ -153,7 +169,8 @@ def test_bound_ids_of_a_batch_name_its_values_whatever_was_present() -> None:
                 assert tree.values[forest.bound_rank[bid]] == value
                 refs[value] = refs.get(value, 0) + 1
             forest.check()
-        assert dict(zip(tree.values, tree.refs.tolist(), strict=True)) == refs
+        assert dict(zip(tree.values, forest.bound_refs[tree.bound_ids].tolist(),
+                        strict=True)) == refs
 
 
 def test_freed_space_and_bound_ids_wait_for_reclaim_then_are_reused() -> None:
@@ -161,8 +178,7 @@ def test_freed_space_and_bound_ids_wait_for_reclaim_then_are_reused() -> None:
     tree = forest.tree("x", Kind.NUMBER)
     bids, _ = forest.add_bounds(tree, [1, 2, 3])
     size, bounds = forest.spaces.size, forest._bound_count
-    for bid in bids.tolist():
-        forest.release_interval(tree, bid, -1)
+    forest.release_bounds(bids)
     forest.check()
     assert forest.spaces.live == 1
     forest.add_bounds(tree, [4, 5, 6])  # freed ids are not reusable yet: stale entries
@@ -171,8 +187,7 @@ def test_freed_space_and_bound_ids_wait_for_reclaim_then_are_reused() -> None:
     forest.reclaim()
     for _ in range(50):  # churn: ids stay within what is live plus what awaits reclaim
         bids, _ = forest.add_bounds(tree, [7, 8, 9])
-        for bid in bids.tolist():
-            forest.release_interval(tree, bid, -1)
+        forest.release_bounds(bids)
         forest.reclaim()
         forest.check()
     assert forest.spaces.size == size + 6 and forest._bound_count == bounds + 3

@@ -46,8 +46,7 @@ class Stored:
         self.store.check()
 
     def remove(self, slot: int) -> None:
-        for cid in self.registry.unlink(slot):
-            self.store.release(cid)
+        self.store.release(self.registry.unlink(np.array([slot])))
         self.store.check()
 
     def verify_all(self, batch: list[dict], checked: int = 0) -> set[tuple[int, int]]:
