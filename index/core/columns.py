@@ -230,6 +230,17 @@ class GrowableArray:
         self._data[: len(values)] = values
         self._size = len(values)
 
+    def truncate(self, size: int) -> None:
+        """Keep the first ``size`` values (a compaction rewrote them in place), with the
+        spare :meth:`replace` leaves, without a second copy: the array is shrunk by
+        ``ndarray.resize`` (a realloc). No view of it may be alive. One that does not own
+        its data (unpickled from a snapshot) is copied once first."""
+        self.view()
+        if not self._data.flags.owndata:
+            self._data = self._data.copy()
+        self._data.resize(size + size // SPARE_SHARE + 1, refcheck=False)
+        self._size = size
+
     @property
     def nbytes(self) -> int:
         return int(self._data.nbytes) + 8 * len(self._pending)
