@@ -44,6 +44,9 @@ UNBOUNDED_HI = np.int32(2**30)
 MAX_IDS = 2**31 - 1
 """Space ids and bound ids stay below this: rows hold bound ids as int32 and a pair key
 (:func:`index.pstree.psthash.pair_key`) holds two space ids in 32 bits each."""
+_ONE = np.int32(1)
+"""A reference, of the int32 counters' own type: given a Python int, ``np.add.at`` takes
+a casting path about 30 times slower (160 against 5 µs for 3,000 entries)."""
 _BISECT_MAX = 8
 """Up to this many values, :meth:`PSTree.locate` bisects in Python instead of calling
 numpy, whose fixed cost per call dominated single adds."""
@@ -452,7 +455,7 @@ class Forest:
             index += np.searchsorted(below, index, side="right")
             index[new_at] = below[rank] + rank
         bids = tree.bound_ids[index]
-        np.add.at(self.bound_refs, bids, 1)
+        np.add.at(self.bound_refs, bids, _ONE)
         return bids, splits
 
     def release_bounds(self, bids: np.ndarray) -> None:
@@ -462,7 +465,7 @@ class Forest:
         O(m) for each tree that loses bounds, however many it loses.
         """
         bids = bids[bids >= 0]
-        np.subtract.at(self.bound_refs, bids, 1)
+        np.subtract.at(self.bound_refs, bids, _ONE)
         gone = bids[self.bound_refs[bids] == 0]
         if not len(gone):
             return

@@ -248,7 +248,9 @@ class ConjunctStore:
         counter = self.forest.spaces.predicate_counter
         if int(count.sum()) <= len(layout):
             _, covered = expand_ranges(first, count)
-            np.add.at(counter, layout[covered], step)
+            # the counter's own type: with a Python int, ``np.add.at`` casts each entry
+            # (about 30 times slower)
+            np.add.at(counter, layout[covered], counter.dtype.type(step))
             return
         delta = np.bincount(first, minlength=len(layout) + 1)
         delta -= np.bincount(first + count, minlength=len(layout) + 1)
