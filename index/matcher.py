@@ -8,12 +8,15 @@ hooks (the indexes through :class:`index.core.pipeline.IndexedMatcher`); the pub
 methods here parse, validate and keep the id mapping so that every matcher reports
 errors and replacements identically.
 
-Single adds are *staged*: ``add`` parses and claims the id at once (a bad expression
-raises there, and ``len`` and ``in`` see the id), and the staged subscriptions are filed
-together at the next read (``match``, ``match_batch``, ``remove``, ``add_many``,
-``stats``, ``check``). Filing has a fixed cost per call (a few hundred numpy calls in the
+Single adds and removes are *staged*: ``add`` parses and claims the id at once (a bad
+expression raises there, and ``len`` and ``in`` see the id), ``remove`` gives the id up
+at once (``len``, ``in`` and every later read see it gone), and the staged changes are
+filed together at the next read (``match``, ``match_batch``, ``add_many``,
+``remove_many``, ``stats``, ``check``): the removals in one bulk removal, then the adds in
+one bulk insert. Filing has a fixed cost per call (a few hundred numpy calls in the
 indexed matchers) that a batch pays once, so a run of adds costs about what one
-``add_many`` of them does.
+``add_many`` of them does, and a run of removes what one ``remove_many`` does. A
+remove files the staged adds first (one of them may be the id's).
 """
 
 from __future__ import annotations
@@ -123,8 +126,9 @@ class Matcher(ABC):
     def __init__(self) -> None:
         self._slot_of: dict[Hashable, int] = {}
         self._ids: list[Hashable | None] = []
-        self._free_slots: list[int] = []
+        self._free_slots: list[int] = []  # reusable: their removal is filed
         self._staged: list[tuple[int, Subscription]] = []
+        self._staged_removals: list[int] = []  # slots given up, their removal not filed
 
     # -- public API ---------------------------------------------------------------
 
@@ -183,7 +187,12 @@ class Matcher(ABC):
                            for sub_id, subscription in batch])
 
     def _file_staged(self) -> None:
-        """File the subscriptions staged by ``add``, in one bulk insert."""
+        """File the staged removals, in one bulk removal (their slots become reusable),
+        then the staged subscriptions, in one bulk insert."""
+        if self._staged_removals:
+            slots, self._staged_removals = self._staged_removals, []
+            self._delete_many(slots)
+            self._free_slots.extend(slots)
         if self._staged:
             batch, self._staged = self._staged, []
             self._insert_many(batch)
@@ -200,29 +209,41 @@ class Matcher(ABC):
         return slot
 
     def remove(self, sub_id: Hashable) -> None:
-        """Remove the subscription ``sub_id``; ``KeyError`` if there is none."""
-        self.remove_many([sub_id])
+        """Remove the subscription ``sub_id``; ``KeyError`` if there is none.
+
+        The id is gone at once, and the removal is staged and filed with the other
+        staged changes at the next read (see the module docstring): cost O(1) now, and a
+        share of one bulk removal later.
+        """
+        if self._staged:  # the id may be among the staged adds: file them first
+            self._file_staged()
+        self._give_up([sub_id])
+        if len(self._staged_removals) >= self.bulk_size:
+            self._file_staged()
 
     def remove_many(self, sub_ids: Iterable[Hashable]) -> None:
         """Remove many subscriptions: the same as ``remove`` on each, but in bulk.
 
         ``KeyError`` if one is not held or is given twice, before anything is removed.
-        The indexed matchers unfile the conjuncts of all of them together, as column
-        operations, and check once whether a purge is due: cost O(their predicates)
-        vectorised, plus the amortised purge, where one ``remove`` at a time pays numpy's
-        fixed costs for each.
+        Unlike ``remove``, the removals are filed before it returns. The indexed
+        matchers unfile the conjuncts of all of them together, as column operations, and
+        check once whether a purge is due: cost O(their predicates) vectorised, plus the
+        amortised purge.
         """
         self._file_staged()
-        ids = list(sub_ids)
+        self._give_up(list(sub_ids))
+        self._file_staged()
+
+    def _give_up(self, ids: list[Hashable]) -> None:
+        """Take the held ``ids`` out of the id map and stage their slots' removal;
+        ``KeyError`` (nothing changed) if one is not held or comes twice."""
         slots = list(map(self._slot_of.__getitem__, ids))
         if len(set(slots)) < len(slots):
             raise KeyError(next(sub_id for sub_id, n in Counter(ids).items() if n > 1))
-        for sub_id in ids:
+        for sub_id, slot in zip(ids, slots, strict=True):
             del self._slot_of[sub_id]
-        self._delete_many(slots)
-        for slot in slots:
             self._ids[slot] = None
-        self._free_slots.extend(slots)
+        self._staged_removals.extend(slots)
 
     def __contains__(self, sub_id: object) -> bool:
         return sub_id in self._slot_of

@@ -161,6 +161,29 @@ def test_the_row_table_is_computed_a_block_at_a_time(monkeypatch: pytest.MonkeyP
     assert matcher.match({"a": 5, "b": 1, "c": 9}) == {5}
 
 
+@pytest.mark.parametrize("name", INDEXES)
+def test_a_run_of_removes_is_filed_as_one_bulk_removal(
+    name: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Single removes are staged: the next read files them in one ``_delete_many``."""
+    matcher = make_matcher(name)
+    matcher.add_many((i, f"a = {i} and b < {i % 10}") for i in range(2_000))
+    filed: list[int] = []
+    original = type(matcher)._delete_many
+
+    def counted(self: object, slots: list[int]) -> None:
+        filed.append(len(slots))
+        original(self, slots)
+
+    monkeypatch.setattr(type(matcher), "_delete_many", counted)
+    for i in range(0, 2_000, 4):
+        matcher.remove(i)
+    assert filed == []
+    assert matcher.match({"a": 4, "b": 9}) == set()
+    assert filed == [500]
+    matcher.check()
+
+
 @pytest.mark.parametrize("name", ["pstbloom", "psthash", "opindex", "betree"])
 def test_a_bulk_removal_releases_rows_once_and_each_tree_once(
     name: str, monkeypatch: pytest.MonkeyPatch,

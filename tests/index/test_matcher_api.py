@@ -44,6 +44,28 @@ def test_add_match_replace_remove(matcher):
         matcher.remove("books")
 
 
+def test_removes_are_staged_and_seen_by_every_read(matcher):
+    """``remove`` gives the id up at once and the next read files the removals."""
+    matcher.add_many([(i, f"x = {i % 3}") for i in range(30)])
+    for i in range(0, 30, 2):
+        matcher.remove(i)
+    assert len(matcher) == 15 and 0 not in matcher and set(matcher) == set(range(1, 30, 2))
+    with pytest.raises(KeyError):
+        matcher.remove(0)
+    with pytest.raises(KeyError):
+        matcher.slot_of(0)
+    assert matcher.match({"x": 1}) == {1, 7, 13, 19, 25}
+    matcher.remove(1)
+    matcher.add(1, "x = 2")  # a removed id comes back, a staged removal before it
+    matcher.remove(7)
+    matcher.add(5, "x = 1")  # replaces a live one, a staged removal before it
+    matcher.add(40, "x = 2")
+    matcher.remove(40)  # a staged add: filed first, then removed
+    assert matcher.match_batch([{"x": 1}, {"x": 2}]) == [{5, 13, 19, 25}, {1, 11, 17, 23, 29}]
+    matcher.check()
+    assert matcher.stats().subscriptions == len(matcher) == 14
+
+
 def test_remove_many_removes_all_or_nothing(matcher):
     matcher.add_many([("a", "x = 1"), ("b", "x = 1 or y = 2"), ("c", "x = 1")])
     matcher.add("d", "y = 2")  # staged: removed like the filed ones
