@@ -303,7 +303,8 @@ class ConjunctStore:
         a reference each (a bound left with none goes and its spaces merge,
         :meth:`index.pstree.forest.Forest.release_bounds`); the rows stay until
         :meth:`compact`. Cost O(intervals + spaces covered) vectorised (or the layout,
-        if smaller), plus O(m) per tree that loses bounds."""
+        if smaller), plus O(m) per tree that loses bounds, plus the forest's layout
+        (O(spaces)) if spaces split or merged since it was last made."""
         _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
         iv_pred, iids = expand_ranges(self.pred_iv_start.data[pids],
                                       self.pred_iv_count.data[pids])
