@@ -15,8 +15,9 @@ filed together at the next read (``match``, ``match_batch``, ``add_many``,
 ``remove_many``, ``stats``, ``check``): the removals in one bulk removal, then the adds in
 one bulk insert. Filing has a fixed cost per call (a few hundred numpy calls in the
 indexed matchers) that a batch pays once, so a run of adds costs about what one
-``add_many`` of them does, and a run of removes what one ``remove_many`` does. A
-remove files the staged adds first (one of them may be the id's).
+``add_many`` of them does, and a run of removes (or of replacements) what one
+``remove_many`` and one ``add_many`` do. Removing an id whose add is still staged files
+the staged changes first.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class Matcher(ABC):
         self._ids: list[Hashable | None] = []
         self._free_slots: list[int] = []  # reusable: their removal is filed
         self._staged: list[tuple[int, Subscription]] = []
+        self._staged_slots: set[int] = set()  # the slots of the staged adds
         self._staged_removals: list[int] = []  # slots given up, their removal not filed
 
     # -- public API ---------------------------------------------------------------
@@ -143,6 +145,7 @@ class Matcher(ABC):
         subscription = expr if isinstance(expr, Subscription) else parse_subscription(expr)
         slot = self._claim_slot(sub_id)  # may file the staged ones (a replacement)
         self._staged.append((slot, subscription))
+        self._staged_slots.add(slot)
         if len(self._staged) >= self.bulk_size:
             self._file_staged()
 
@@ -195,6 +198,7 @@ class Matcher(ABC):
             self._free_slots.extend(slots)
         if self._staged:
             batch, self._staged = self._staged, []
+            self._staged_slots.clear()
             self._insert_many(batch)
 
     def _claim_slot(self, sub_id: Hashable) -> int:
@@ -215,7 +219,7 @@ class Matcher(ABC):
         staged changes at the next read (see the module docstring): cost O(1) now, and a
         share of one bulk removal later.
         """
-        if self._staged:  # the id may be among the staged adds: file them first
+        if self._slot_of.get(sub_id) in self._staged_slots:  # its add is not filed yet
             self._file_staged()
         self._give_up([sub_id])
         if len(self._staged_removals) >= self.bulk_size:

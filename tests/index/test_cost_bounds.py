@@ -165,7 +165,8 @@ def test_the_row_table_is_computed_a_block_at_a_time(monkeypatch: pytest.MonkeyP
 def test_a_run_of_removes_is_filed_as_one_bulk_removal(
     name: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Single removes are staged: the next read files them in one ``_delete_many``."""
+    """Single removes are staged: the next read files them in one ``_delete_many``, and
+    a run of replacements (remove one id, add another) files nothing until then."""
     matcher = make_matcher(name)
     matcher.add_many((i, f"a = {i} and b < {i % 10}") for i in range(2_000))
     filed: list[int] = []
@@ -181,6 +182,16 @@ def test_a_run_of_removes_is_filed_as_one_bulk_removal(
     assert filed == []
     assert matcher.match({"a": 4, "b": 9}) == set()
     assert filed == [500]
+    matcher.check()
+    for i in range(1, 2_000, 4):  # replacements: a run of removes and adds
+        matcher.remove(i)
+        matcher.add(-i, f"a = {i} and b < 5")
+    assert filed == [500]
+    matcher.add(1, "a = 1")  # removing an id whose add is staged files first
+    matcher.remove(1)
+    assert filed == [500, 500]
+    assert matcher.match({"a": 5, "b": 1}) == {-5}
+    assert filed == [500, 500, 1]
     matcher.check()
 
 
