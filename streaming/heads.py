@@ -1,19 +1,22 @@
 """The notification key and head of each subscription a worker indexes, stored by the
-matcher's slot in two Arrow columns, so that a batch's notification records are put
-together from the matcher's slots with no Python object per match: the keys by an Arrow
-``take``, the values by one compiled copy of each match's head and event tail.
+matcher's slot, so that a batch's notification records are put together from the
+matcher's slots with no Python object per match: the keys and the values each by one
+compiled copy of byte ranges (each match's key; each match's head and event tail).
 
-Owns that store, :class:`NotificationHeads`, and the assembly of notification values
-from it (:meth:`NotificationHeads.join`). The key is the subscription id's UTF-8 and the
-head :func:`streaming.records.notification_head`; :mod:`streaming.worker` writes both
-when it indexes a subscription, takes the keys by slot from :meth:`columns` and joins each
-match's head with its event's tail (:func:`streaming.records.notification_tail`) here.
+Owns that store, :class:`NotificationHeads`, and the assembly of notification keys and
+values from it (:meth:`NotificationHeads.keys`, :meth:`NotificationHeads.join`). The key
+is the subscription id's UTF-8 and the head :func:`streaming.records.notification_head`;
+:mod:`streaming.worker` writes both when it indexes a subscription and reads them back
+here for its matches.
 
-Writes are held in a dictionary by slot and merged into the columns at the next read
-(or when a bulk load asks, after each chunk), in one vectorised pass: a batch that
-changed no subscription copies nothing, one that did copies the columns once. A slot
-the matcher has freed keeps whatever it held until the slot is written again: the
-matcher never returns a free slot, so it is never read.
+The bytes live in one append-only buffer: a slot's key and head are written back to
+back at its end, and three columns by slot say where (start, key length, total length).
+Writes are held in a dictionary by slot and appended at the next read (or when a bulk
+load asks, after each chunk), in one vectorised pass; a rewritten or cleared slot leaves
+dead bytes behind, and the buffer is compacted once they outweigh the live ones. So a
+write costs its own bytes, never a copy of the store: the store used to be two Arrow
+columns rewritten whole by every merge, which at 1M subscriptions (87 MiB of keys and
+heads) made the merge after each catch-up chunk a worker's memory peak.
 """
 
 from __future__ import annotations
@@ -21,21 +24,26 @@ from __future__ import annotations
 import numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-_EMPTY = pa.array([], pa.large_binary())
+from index.core.columns import GrowableArray, grown_capacity
+
 MAX_VALUE_BYTES = (1 << 31) - 1
 """The most bytes of values one column of :meth:`NotificationHeads.join` holds (Arrow's
 ``binary`` type, which Spark's Kafka sink reads, has 32-bit offsets)."""
+_NONE = -1
+"""The start of a slot that holds nothing."""
 
 
 class NotificationHeads:
-    """Notification keys and heads by matcher slot (``large_binary`` columns: the heads
-    of a million subscriptions with large ``extra`` fields may pass 2 GiB)."""
+    """Notification keys and heads by matcher slot, in one byte buffer."""
 
     def __init__(self) -> None:
-        self._keys: pa.LargeBinaryArray = _EMPTY
-        self._heads: pa.LargeBinaryArray = _EMPTY
+        self._data = np.zeros(64, dtype=np.uint8)
+        self._used = 0  # bytes of _data written
+        self._live = 0  # of them, bytes of slots held
+        self._start = GrowableArray(np.int64)
+        self._key_end = GrowableArray(np.int32)  # a slot's key is _data[start:start + key_end]
+        self._end = GrowableArray(np.int32)  # and its head runs on to start + end
         self._pending: dict[int, tuple[bytes, bytes] | None] = {}
 
     def put(self, slot: int, key: bytes, head: bytes) -> None:
@@ -48,37 +56,95 @@ class NotificationHeads:
 
     def get(self, slot: int) -> tuple[bytes, bytes] | None:
         """The key and head at ``slot``, None if it holds none. Cost O(1) once the
-        writes are merged (:meth:`columns`)."""
-        keys, heads = self.columns()
-        if slot >= len(keys) or not keys[slot].is_valid:
-            return None
-        return keys[slot].as_py(), heads[slot].as_py()
-
-    def columns(self) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
-        """The keys and heads, indexed by slot (null where a slot holds none), the
-        writes held merged first (:meth:`merge`)."""
+        writes are merged (:meth:`merge`)."""
         self.merge()
-        return self._keys, self._heads
+        if slot >= len(self._start) or self._start.data[slot] == _NONE:
+            return None
+        start = int(self._start.data[slot])
+        key_end, end = start + int(self._key_end.data[slot]), start + int(self._end.data[slot])
+        return self._data[start:key_end].tobytes(), self._data[key_end:end].tobytes()
 
     def merge(self) -> None:
-        """Merge the writes held since the last merge into the columns, so that they
-        stop holding a Python object each: a bulk load calls it once per chunk.
+        """Append the writes held since the last merge to the buffer, so that they stop
+        holding a Python object each: a bulk load calls it once per chunk.
 
-        Cost: none without writes; else O(slots + writes) in Arrow kernels, and as much
-        memory again as the columns for the copy.
+        Cost: none without writes; else O(writes) and their bytes, plus a compaction
+        (O(live bytes), a copy of them) when the dead bytes outweigh the live ones: each
+        live byte is copied O(1) times per byte written, amortised.
         """
         if not self._pending:
             return
         pending, self._pending = self._pending, {}
         slots = np.fromiter(pending, np.int64, len(pending))
-        order = np.argsort(slots)
-        written = list(pending.values())
-        rows = [written[i] for i in order.tolist()]
-        size = max(len(self._keys), int(slots[order[-1]]) + 1)
-        mask = np.zeros(size, dtype=bool)
-        mask[slots] = True
-        self._keys = _replace(self._keys, size, mask, [None if r is None else r[0] for r in rows])
-        self._heads = _replace(self._heads, size, mask, [None if r is None else r[1] for r in rows])
+        self._start.grow_to(int(slots.max()) + 1, _NONE)
+        self._key_end.grow_to(len(self._start))
+        self._end.grow_to(len(self._start))
+        held = self._start.data[slots] != _NONE
+        self._live -= int(self._end.data[slots[held]].sum())
+        self._start.data[slots] = _NONE
+        puts = [(slot, row) for slot, row in zip(slots.tolist(), pending.values(), strict=True)
+                if row is not None]  # fmt: skip
+        if puts:
+            put_slots = np.fromiter((slot for slot, _ in puts), np.int64, len(puts))
+            key_len = np.fromiter((len(row[0]) for _, row in puts), np.int64, len(puts))
+            blob = b"".join([part for _, row in puts for part in row])
+            lengths = key_len + np.fromiter((len(row[1]) for _, row in puts), np.int64,
+                                            len(puts))  # fmt: skip
+            self._reserve(len(blob))
+            self._data[self._used:self._used + len(blob)] = np.frombuffer(blob, np.uint8)
+            self._start.data[put_slots] = self._used + np.cumsum(lengths) - lengths
+            self._key_end.data[put_slots] = key_len
+            self._end.data[put_slots] = lengths
+            self._used += len(blob)
+            self._live += len(blob)
+        if self._used - self._live > max(self._live, 1 << 20):
+            self._compact()
+
+    def _reserve(self, more: int) -> None:
+        """Room for ``more`` bytes after the used ones: the buffer grows in place
+        (``ndarray.resize``, a realloc: large buffers are remapped, not copied)."""
+        needed = self._used + more
+        if needed > len(self._data):
+            if not self._data.flags.owndata:  # unpickled from a snapshot
+                self._data = self._data.copy()
+            self._data.resize(grown_capacity(needed, len(self._data)), refcheck=False)
+
+    def _compact(self) -> None:
+        """Rewrite the buffer with the held slots' bytes only, in slot order. Cost
+        O(slots + live bytes), a new buffer of the live bytes (with a spare eighth)."""
+        start = self._start.view()
+        held = np.flatnonzero(start != _NONE)
+        lengths = self._end.data[held].astype(np.int64)
+        new_start = np.cumsum(lengths) - lengths
+        data = np.zeros(self._live + self._live // 8 + 1, dtype=np.uint8)
+        _copy_ranges(self._data, start[held], lengths, data, new_start)
+        start[held] = new_start
+        self._data, self._used = data, self._live
+
+    def keys(self, slots: np.ndarray) -> pa.BinaryArray:
+        """The key at each of ``slots`` (each must hold one), as one ``binary`` column.
+        Cost O(len(slots) + their bytes), one compiled copy."""
+        self.merge()
+        start = self._start.data[slots]
+        lengths = self._key_end.data[slots].astype(np.int64)
+        offsets = np.zeros(len(slots) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        out = np.empty(int(offsets[-1]), dtype=np.uint8)
+        _copy_ranges(self._data, start, lengths, out, offsets[:-1])
+        return pa.Array.from_buffers(pa.binary(), len(slots),
+                                     [None, pa.py_buffer(offsets.astype(np.int32)),
+                                      pa.py_buffer(out)])  # fmt: skip
+
+    def check(self) -> None:
+        """Assert the store's invariants: every held slot's bytes lie in the used part of
+        the buffer, its key within them, and the live count is their sum. O(slots)."""
+        self.merge()
+        start = self._start.view()
+        held = start != _NONE
+        key_end, end = self._key_end.view()[held], self._end.view()[held]
+        assert ((key_end >= 0) & (key_end <= end)).all(), "a key longer than its record"
+        assert (start[held] >= 0).all() and (start[held] + end <= self._used).all()
+        assert int(end.sum()) == self._live <= self._used <= len(self._data)
 
     def join(self, slots: np.ndarray, tails: list[bytes], events: np.ndarray
              ) -> list[pa.BinaryArray]:  # fmt: skip
@@ -90,14 +156,15 @@ class NotificationHeads:
         a compiled loop: no column of the matches' heads or tails is built first (at 1M
         subscriptions they were as large as the values themselves).
         """
-        _, heads = self.columns()
-        head_offsets = _offsets(heads)
-        head_data = _data(heads)
+        self.merge()
+        record = self._start.data[slots]
+        head_lo = record + self._key_end.data[slots]
+        head_hi = record + self._end.data[slots]
         tail_lengths = np.fromiter(map(len, tails), np.int64, len(tails))
         tail_offsets = np.zeros(len(tails) + 1, dtype=np.int64)
         np.cumsum(tail_lengths, out=tail_offsets[1:])
         tail_data = np.frombuffer(b"".join(tails), dtype=np.uint8)
-        lengths = head_offsets[slots + 1] - head_offsets[slots] + tail_lengths[events]
+        lengths = head_hi - head_lo + tail_lengths[events]
         ends = np.cumsum(lengths)
         columns = []
         start = 0
@@ -108,55 +175,52 @@ class NotificationHeads:
             offsets = np.zeros(stop - start + 1, dtype=np.int64)
             offsets[1:] = ends[start:stop] - base
             out = np.empty(int(offsets[-1]), dtype=np.uint8)
-            _copy_pairs(head_offsets, head_data, slots[start:stop], tail_offsets, tail_data,
-                        events[start:stop], offsets, out)  # fmt: skip
+            _copy_pairs(self._data, head_lo[start:stop], head_hi[start:stop], tail_offsets,
+                        tail_data, events[start:stop], offsets, out)  # fmt: skip
             columns.append(pa.Array.from_buffers(
                 pa.binary(), stop - start,
                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)]))
             start = stop
         return columns
 
-    def __getstate__(self) -> tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]:
-        return self.columns()
+    def __getstate__(self) -> tuple[np.ndarray, ...]:
+        self.merge()
+        return (self._data[:self._used], self._live, self._start.view(),
+                self._key_end.view(), self._end.view())
 
-    def __setstate__(self, state: tuple[pa.LargeBinaryArray, pa.LargeBinaryArray]) -> None:
-        self._keys, self._heads = state
+    def __setstate__(self, state: tuple[np.ndarray, ...]) -> None:
+        data, self._live, start, key_end, end = state
+        self._data, self._used = data, len(data)
+        self._start, self._key_end, self._end = (GrowableArray(np.int64),
+                                                 GrowableArray(np.int32),
+                                                 GrowableArray(np.int32))  # fmt: skip
+        self._start.extend(start)
+        self._key_end.extend(key_end)
+        self._end.extend(end)
         self._pending = {}
 
 
-def _offsets(column: pa.LargeBinaryArray) -> np.ndarray:
-    """The int64 offsets of ``column``'s values, zero-copy."""
-    start = column.offset
-    return np.frombuffer(column.buffers()[1], dtype=np.int64)[start:start + len(column) + 1]
-
-
-def _data(column: pa.LargeBinaryArray) -> np.ndarray:
-    """The bytes ``column``'s offsets point into, zero-copy."""
-    data = column.buffers()[2]
-    return np.empty(0, dtype=np.uint8) if data is None else np.frombuffer(data, dtype=np.uint8)
+@numba.njit(cache=True, nogil=True)
+def _copy_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                 out: np.ndarray, out_starts: np.ndarray) -> None:  # fmt: skip
+    """``out[out_starts[i]:][:lengths[i]]`` = ``data[starts[i]:][:lengths[i]]`` for
+    every ``i``."""
+    for i in range(starts.shape[0]):
+        lo, n, at = starts[i], lengths[i], out_starts[i]
+        out[at:at + n] = data[lo:lo + n]
 
 
 @numba.njit(cache=True, nogil=True)
-def _copy_pairs(left_offsets: np.ndarray, left_data: np.ndarray, left_rows: np.ndarray,
+def _copy_pairs(left_data: np.ndarray, left_lo: np.ndarray, left_hi: np.ndarray,
                 right_offsets: np.ndarray, right_data: np.ndarray, right_rows: np.ndarray,
                 out_offsets: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
-    """``out[out_offsets[i]:out_offsets[i + 1]]`` = value ``left_rows[i]`` of the left
-    column, then value ``right_rows[i]`` of the right one, for every ``i``."""
-    for i in range(left_rows.shape[0]):
+    """``out[out_offsets[i]:out_offsets[i + 1]]`` = ``left_data[left_lo[i]:left_hi[i]]``,
+    then value ``right_rows[i]`` of the right column, for every ``i``."""
+    for i in range(left_lo.shape[0]):
         at = out_offsets[i]
-        row = left_rows[i]
-        lo, hi = left_offsets[row], left_offsets[row + 1]
+        lo, hi = left_lo[i], left_hi[i]
         out[at:at + hi - lo] = left_data[lo:hi]
         at += hi - lo
         row = right_rows[i]
         lo, hi = right_offsets[row], right_offsets[row + 1]
         out[at:at + hi - lo] = right_data[lo:hi]
-
-
-def _replace(column: pa.LargeBinaryArray, size: int, mask: np.ndarray,
-             values: list[bytes | None]) -> pa.LargeBinaryArray:  # fmt: skip
-    """``column`` padded with nulls to ``size``, its values where ``mask`` is set
-    replaced by ``values`` (in slot order)."""
-    if size > len(column):
-        column = pa.concat_arrays([column, pa.nulls(size - len(column), pa.large_binary())])
-    return pc.replace_with_mask(column, mask, pa.array(values, pa.large_binary()))

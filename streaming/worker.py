@@ -587,10 +587,11 @@ def notification_records(
     in record batches of :data:`OUTPUT_SCHEMA` (one but for enormous batches: see
     :meth:`NotificationHeads.join`).
 
-    Cost O(matches), nothing per match in Python: an Arrow ``take`` of the keys by slot,
-    and the values joined by :meth:`NotificationHeads.join`.
+    Cost O(matches), nothing per match in Python: the keys copied by slot
+    (:meth:`NotificationHeads.keys`) and the values joined by
+    :meth:`NotificationHeads.join`.
     """
-    keys = heads.columns()[0].take(pa.array(slots, pa.int64())).cast(pa.binary())
+    keys = heads.keys(slots)
     batches = []
     start = 0
     for values in heads.join(slots, tails, events):

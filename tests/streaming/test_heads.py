@@ -1,4 +1,4 @@
-"""NotificationHeads: keys and heads by matcher slot, as Arrow columns."""
+"""NotificationHeads: keys and heads by matcher slot, in one byte buffer."""
 
 from __future__ import annotations
 
@@ -22,18 +22,39 @@ def test_writes_are_read_back_by_slot_and_a_cleared_slot_holds_nothing() -> None
     heads.clear(0)
     heads.put(2, b"s2", b"new head")  # a replacement
     heads.put(5, b"s5", b"")
-    keys, column = heads.columns()
-    assert keys.to_pylist() == [None, None, b"s2", None, None, b"s5"]
-    assert column.to_pylist() == [None, None, b"new head", None, None, b""]
-    assert keys.type == column.type == pa.large_binary()
+    heads.check()
+    assert [heads.get(slot) for slot in range(7)] == [
+        None, None, (b"s2", b"new head"), None, None, (b"s5", b""), None]
 
 
-def test_a_read_without_writes_copies_nothing() -> None:
+def test_keys_are_copied_by_slot_into_one_binary_column() -> None:
     heads = NotificationHeads()
-    heads.put(0, b"s0", b"h")
-    first = heads.columns()
-    again = heads.columns()
-    assert again[0] is first[0] and again[1] is first[1]
+    for slot in range(5):
+        heads.put(slot, "sub-é%d".encode() % slot, b"head")
+    keys = heads.keys(np.array([3, 0, 3, 4]))
+    assert keys.type == pa.binary()
+    assert keys.to_pylist() == ["sub-é3".encode(), "sub-é0".encode(), "sub-é3".encode(),
+                                "sub-é4".encode()]
+    assert heads.keys(np.array([], np.int64)).to_pylist() == []
+
+
+def test_rewrites_append_and_the_dead_bytes_are_compacted_once_they_outweigh_the_live() -> None:
+    heads = NotificationHeads()
+    head = b"h" * 2000
+    for slot in range(1000):
+        heads.put(slot, b"s%d" % slot, head)
+    heads.merge()
+    live = heads._live
+    used = []
+    for round_ in range(4):  # each round rewrites every slot: as many dead bytes as live
+        for slot in range(1000):
+            heads.put(slot, b"s%d" % slot, b"%d" % round_ + head[1:])
+        heads.merge()
+        heads.check()
+        assert heads._live == live and heads._used - live <= max(live, 1 << 20)
+        used.append(heads._used)
+    assert used == [2 * live, live, 2 * live, live]  # compacted every other round
+    assert heads.get(999) == (b"s999", b"3" + head[1:])
 
 
 def test_random_writes_agree_with_a_dictionary_and_survive_a_pickle() -> None:
@@ -47,11 +68,12 @@ def test_random_writes_agree_with_a_dictionary_and_survive_a_pickle() -> None:
                 heads.clear(slot)
                 expected.pop(slot, None)
             else:
-                value = (b"s%d" % slot, b"h%d.%d" % (slot, round_))
+                value = (b"s%d" % slot, b"h%d.%d" % (slot, round_) * rng.randrange(1, 30))
                 heads.put(slot, *value)
                 expected[slot] = value
         if round_ % 5 == 4:
             heads = pickle.loads(pickle.dumps(heads))  # writes not yet merged included
+        heads.check()
         assert {s: heads.get(s) for s in range(500) if heads.get(s)} == expected
 
 
