@@ -388,8 +388,12 @@ class SinkSettings:
     compression: str = "lz4"
 
 
-SINK_CHUNK = 65_536
-"""Records :meth:`RecordSink.write` turns into Python objects at a time."""
+SINK_CHUNK = 16_384
+"""Records :meth:`RecordSink.write` turns into Python objects at a time. With
+librdkafka's queue of 16 MiB (:class:`RecordSink`) instead of 65,536 and 64 MiB, a 1M
+PSTHash worker's peak while matching a backlog of 10,000 events (1.26M notifications)
+was 1,095 MiB instead of 1,206, and its tasks waited less for the writes (3.2 against
+4.1 s; docs/bench-streaming.md, stop 29)."""
 
 
 class RecordSink:
@@ -404,7 +408,7 @@ class RecordSink:
     flush: a matching task flushes before it ends, so a task whose records were not all
     written fails, and Spark runs it (or the query runs its batch) again.
 
-    Memory: librdkafka's queue is bounded (64 MiB); :meth:`write` waits for room when it
+    Memory: librdkafka's queue is bounded (16 MiB); :meth:`write` waits for room when it
     is full. Cost per record: one Python ``bytes`` each for its key and value (sliced
     from the Arrow buffers) and one ``produce`` call, about 2.5 µs of CPU with
     librdkafka's threads, which compress and send (docs/bench-streaming.md).
@@ -424,7 +428,7 @@ class RecordSink:
             # a notification is at most SINK_RECORD_LIMIT (streaming.records) bytes;
             # this is the Java producer's max.request.size
             "message.max.bytes": 1 << 20,
-            "queue.buffering.max.kbytes": 64 * 1024,
+            "queue.buffering.max.kbytes": 16 * 1024,
             "queue.buffering.max.messages": 1_000_000,
             # successes cost nothing in Python; a failure calls _on_delivery
             "delivery.report.only.error": True,
