@@ -200,16 +200,16 @@ class BETreeMatcher(ForestMatcher):
 
     def _hulls(self, cid: int) -> dict[int, Hull]:
         """The conjunct's hull per attribute tree (Table 1 of the paper), read from the
-        store's per-predicate hull columns. O(predicates)."""
+        store's predicate rows (:meth:`index.pstree.store.ConjunctStore.hull`).
+        O(predicates)."""
         store, forest = self.store, self.forest
         start = int(store.pred_start.data[cid])
-        rows = slice(start, start + int(store.pred_count.data[cid]))
         rank = forest.bound_rank
         hulls = {}
+        rows = np.arange(start, start + int(store.pred_count.data[cid]))
         for tree, lo, lo_closed, hi, hi_closed in zip(
-                store.pred_tree.data[rows].tolist(), store.pred_lo_bid.data[rows].tolist(),
-                store.pred_lo_closed.data[rows].tolist(), store.pred_hi_bid.data[rows].tolist(),
-                store.pred_hi_closed.data[rows].tolist(), strict=True):
+                store.pred_tree.data[rows].tolist(), *(end.tolist() for end in store.hull(rows)),
+                strict=True):  # fmt: skip
             values = forest.trees[tree].values
             hulls[tree] = (LOWEST if lo < 0 else (1, values[rank[lo]], 0 if lo_closed else 2),
                            HIGHEST if hi < 0 else (1, values[rank[hi]], 2 if hi_closed else 0))
@@ -228,13 +228,12 @@ class BETreeMatcher(ForestMatcher):
         count = store.pred_count.data[cids].astype(np.int64)
         owner, rows = expand_ranges(store.pred_start.data[cids], count)
         tree = store.pred_tree.data[rows].astype(np.int64)
-        lo_bid, hi_bid = store.pred_lo_bid.data[rows], store.pred_hi_bid.data[rows]
+        lo_bid, lo_closed, hi_bid, hi_closed = store.hull(rows)
         lo_rank = 2 * rank[np.maximum(lo_bid, 0)].astype(np.int64)
         hi_rank = 2 * rank[np.maximum(hi_bid, 0)].astype(np.int64)
-        lo = np.where(lo_bid < 0, 0, lo_rank + np.where(store.pred_lo_closed.data[rows], 1, 2))
+        lo = np.where(lo_bid < 0, 0, lo_rank + np.where(lo_closed, 1, 2))
         _, sizes, _ = self.forest.space_layout()  # a tree of m values has 2m + 1 spaces
-        hi = np.where(hi_bid < 0, sizes[tree],
-                      hi_rank + np.where(store.pred_hi_closed.data[rows], 2, 1))
+        hi = np.where(hi_bid < 0, sizes[tree], hi_rank + np.where(hi_closed, 2, 1))
         return HullRows(cids, np.cumsum(count) - count, count, owner, tree, lo, hi)
 
     def _midpoint(self, bucket: CNode) -> Cut | None:
