@@ -32,8 +32,6 @@ driver. The I/O here is outside every barrier, in :func:`sync_index` (Redis) and
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
 import resource
 import threading
@@ -466,37 +464,10 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     return True
 
 
-MMAP_THRESHOLD = 128 * 1024
-"""Bytes from which glibc gives a worker's allocation a mapping of its own."""
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-
-
-@functools.cache
-def map_large_allocations() -> None:
-    """Make glibc serve every allocation of :data:`MMAP_THRESHOLD` bytes or more (numpy's
-    columns, a bulk insert's and a match's temporaries) from a mapping of its own,
-    unmapped when it is freed, for the rest of the process. Once per process.
-
-    By default glibc raises that threshold to the size of each mapped block freed (up to
-    32 MiB), after which such blocks come from the heap, whose freed pages stay
-    resident: a worker's peak was that of the index plus every temporary array it had
-    ever freed there. Fixed, a 1M PSTHash worker's load (scratch
-    ``/tmp/lead/s29/wmem.py``) peaked at 1,121 MiB instead of 1,221, and matching 2,000
-    events grew it by 114 MiB instead of 197 (docs/bench-streaming.md, stop 29). Only
-    glibc has ``mallopt``'s threshold; elsewhere this does nothing.
-    """
-    try:
-        ctypes.CDLL(None).mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    except (OSError, AttributeError):
-        return
-
-
 def sync_index(settings: WorkerSettings, version: int, shard: int = 0) -> WorkerIndex:
     """The cached index of ``shard`` (of ``settings.shards``) of this process, brought to
     ``version``. Indexes of the same state cached for another shard count (the job was
-    restarted with another ``--shards``) are dropped: no task will ask for them again.
-    The process's allocator is tuned first (:func:`map_large_allocations`)."""
-    map_large_allocations()
+    restarted with another ``--shards``) are dropped: no task will ask for them again."""
     key = _cache_key(settings, shard)
     with _LOCK:
         for stale in [k for k in _CACHE if k[:3] == key[:3] and k[3] != settings.shards]:

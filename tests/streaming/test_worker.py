@@ -11,9 +11,6 @@ from __future__ import annotations
 import dataclasses
 import gc
 import logging
-import platform
-import subprocess
-import sys
 import uuid
 import weakref
 from collections.abc import Iterator
@@ -426,36 +423,3 @@ def test_a_record_kafka_refuses_fails_the_task(
         worker.match_and_write(settings, SinkSettings(bootstrap, compression="none"), 1,
                                iter([batch]), reported.append)  # fmt: skip
     assert reported == []  # the task failed: Spark runs it again
-
-
-_FREED_BELOW_A_LIVE_BLOCK = """
-import sys
-import numpy as np
-from streaming.worker import map_large_allocations
-def resident_mib():
-    with open("/proc/self/status") as status:
-        line = next(line for line in status if line.startswith("VmRSS"))
-    return int(line.split()[1]) // 1024
-if sys.argv[1] == "tuned":
-    map_large_allocations()
-big = np.ones(2 << 20)  # 16 MiB, mapped and freed: glibc's default raises its threshold
-del big
-before = resident_mib()
-blocks = [np.ones(1 << 17) for _ in range(100)]  # 100 blocks of 1 MiB
-last = blocks[-1]  # kept: the heap below it cannot shrink from the top
-del blocks
-print(resident_mib() - before)
-"""
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
-def test_a_worker_gives_the_large_blocks_it_frees_back_to_the_system() -> None:
-    """A worker's temporary arrays are unmapped when freed, where glibc's default would
-    keep them resident once a larger block had been freed before them."""
-    def kept_mib(mode: str) -> int:
-        run = subprocess.run([sys.executable, "-c", _FREED_BELOW_A_LIVE_BLOCK, mode],
-                             capture_output=True, text=True, check=True)  # fmt: skip
-        return int(run.stdout)
-
-    assert kept_mib("default") >= 90
-    assert kept_mib("tuned") <= 10
