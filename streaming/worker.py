@@ -280,9 +280,11 @@ class WorkerIndex:
         self.matcher.remove_many(held)
 
     def check(self) -> None:
-        """Assert the matcher's invariants, and that every subscription it holds has its
-        key and head at its slot; ``AssertionError`` on a breach. Cost O(subscriptions)."""
+        """Assert the matcher's and the heads' invariants, and that every subscription the
+        matcher holds has its key and head at its slot; ``AssertionError`` on a breach.
+        Cost O(subscriptions)."""
         self.matcher.check()
+        self.heads.check()
         for sub_id in self.matcher:
             stored = self.heads.get(self.matcher.slot_of(sub_id))
             assert stored is not None and stored[0] == sub_id.encode(), (sub_id, stored)
