@@ -13,10 +13,11 @@ The bytes live in one append-only buffer: a slot's key and head are written back
 back at its end, and three columns by slot say where (start, key length, total length).
 Writes are held in a dictionary by slot and appended at the next read (or when a bulk
 load asks, after each chunk), in one vectorised pass; a rewritten or cleared slot leaves
-dead bytes behind, and the buffer is compacted once they outweigh the live ones. So a
-write costs its own bytes, never a copy of the store: the store used to be two Arrow
-columns rewritten whole by every merge, which at 1M subscriptions (87 MiB of keys and
-heads) made the merge after each catch-up chunk a worker's memory peak.
+dead bytes behind, and the buffer is compacted in place once they outweigh the live ones.
+So a write costs its own bytes and a share of the buffer's growth, never a copy of the
+store per merge: the store used to be two Arrow columns rewritten whole by every merge,
+which at 1M subscriptions (87 MiB of keys and heads) made the merge after each catch-up
+chunk a worker's memory peak.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from index.core.columns import GrowableArray, grown_capacity
+from index.core.columns import GrowableArray
 
 MAX_VALUE_BYTES = (1 << 31) - 1
 """The most bytes of values one column of :meth:`NotificationHeads.join` holds (Arrow's
@@ -38,9 +39,8 @@ class NotificationHeads:
     """Notification keys and heads by matcher slot, in one byte buffer."""
 
     def __init__(self) -> None:
-        self._data = np.zeros(64, dtype=np.uint8)
-        self._used = 0  # bytes of _data written
-        self._live = 0  # of them, bytes of slots held
+        self._data = GrowableArray(np.uint8)
+        self._live = 0  # bytes of _data that slots hold
         self._start = GrowableArray(np.int64)
         self._key_end = GrowableArray(np.int32)  # a slot's key is _data[start:start + key_end]
         self._end = GrowableArray(np.int32)  # and its head runs on to start + end
@@ -62,15 +62,16 @@ class NotificationHeads:
             return None
         start = int(self._start.data[slot])
         key_end, end = start + int(self._key_end.data[slot]), start + int(self._end.data[slot])
-        return self._data[start:key_end].tobytes(), self._data[key_end:end].tobytes()
+        data = self._data.data
+        return data[start:key_end].tobytes(), data[key_end:end].tobytes()
 
     def merge(self) -> None:
         """Append the writes held since the last merge to the buffer, so that they stop
         holding a Python object each: a bulk load calls it once per chunk.
 
         Cost: none without writes; else O(writes) and their bytes, plus a compaction
-        (O(live bytes), a copy of them) when the dead bytes outweigh the live ones: each
-        live byte is copied O(1) times per byte written, amortised.
+        (O(live bytes), in place) when the dead bytes outweigh the live ones: each live
+        byte is moved O(1) times per byte written, amortised.
         """
         if not self._pending:
             return
@@ -90,36 +91,27 @@ class NotificationHeads:
             blob = b"".join([part for _, row in puts for part in row])
             lengths = key_len + np.fromiter((len(row[1]) for _, row in puts), np.int64,
                                             len(puts))  # fmt: skip
-            self._reserve(len(blob))
-            self._data[self._used:self._used + len(blob)] = np.frombuffer(blob, np.uint8)
-            self._start.data[put_slots] = self._used + np.cumsum(lengths) - lengths
+            at = self._data.extend(np.frombuffer(blob, np.uint8))
+            self._start.data[put_slots] = at + np.cumsum(lengths) - lengths
             self._key_end.data[put_slots] = key_len
             self._end.data[put_slots] = lengths
-            self._used += len(blob)
             self._live += len(blob)
-        if self._used - self._live > max(self._live, 1 << 20):
+        if len(self._data) - self._live > max(self._live, 1 << 20):
             self._compact()
 
-    def _reserve(self, more: int) -> None:
-        """Room for ``more`` bytes after the used ones: the buffer grows in place
-        (``ndarray.resize``, a realloc: large buffers are remapped, not copied)."""
-        needed = self._used + more
-        if needed > len(self._data):
-            if not self._data.flags.owndata:  # unpickled from a snapshot
-                self._data = self._data.copy()
-            self._data.resize(grown_capacity(needed, len(self._data)), refcheck=False)
-
     def _compact(self) -> None:
-        """Rewrite the buffer with the held slots' bytes only, in slot order. Cost
-        O(slots + live bytes), a new buffer of the live bytes (with a spare eighth)."""
+        """Move the held slots' bytes left over the dead ones, in the order they lie in
+        the buffer (so none overwrites bytes still to move), and shrink the buffer.
+        Cost O(slots log slots + live bytes), in place."""
         start = self._start.view()
         held = np.flatnonzero(start != _NONE)
+        held = held[np.argsort(start[held], kind="stable")]
         lengths = self._end.data[held].astype(np.int64)
         new_start = np.cumsum(lengths) - lengths
-        data = np.zeros(self._live + self._live // 8 + 1, dtype=np.uint8)
-        _copy_ranges(self._data, start[held], lengths, data, new_start)
+        data = self._data.data
+        _copy_ranges(data, start[held], lengths, data, new_start)
         start[held] = new_start
-        self._data, self._used = data, self._live
+        self._data.truncate(self._live)
 
     def keys(self, slots: np.ndarray) -> pa.BinaryArray:
         """The key at each of ``slots`` (each must hold one), as one ``binary`` column.
@@ -130,7 +122,7 @@ class NotificationHeads:
         offsets = np.zeros(len(slots) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         out = np.empty(int(offsets[-1]), dtype=np.uint8)
-        _copy_ranges(self._data, start, lengths, out, offsets[:-1])
+        _copy_ranges(self._data.data, start, lengths, out, offsets[:-1])
         return pa.Array.from_buffers(pa.binary(), len(slots),
                                      [None, pa.py_buffer(offsets.astype(np.int32)),
                                       pa.py_buffer(out)])  # fmt: skip
@@ -143,8 +135,8 @@ class NotificationHeads:
         held = start != _NONE
         key_end, end = self._key_end.view()[held], self._end.view()[held]
         assert ((key_end >= 0) & (key_end <= end)).all(), "a key longer than its record"
-        assert (start[held] >= 0).all() and (start[held] + end <= self._used).all()
-        assert int(end.sum()) == self._live <= self._used <= len(self._data)
+        assert (start[held] >= 0).all() and (start[held] + end <= len(self._data)).all()
+        assert int(end.sum()) == self._live <= len(self._data)
 
     def join(self, slots: np.ndarray, tails: list[bytes], events: np.ndarray
              ) -> list[pa.BinaryArray]:  # fmt: skip
@@ -175,7 +167,7 @@ class NotificationHeads:
             offsets = np.zeros(stop - start + 1, dtype=np.int64)
             offsets[1:] = ends[start:stop] - base
             out = np.empty(int(offsets[-1]), dtype=np.uint8)
-            _copy_pairs(self._data, head_lo[start:stop], head_hi[start:stop], tail_offsets,
+            _copy_pairs(self._data.data, head_lo[start:stop], head_hi[start:stop], tail_offsets,
                         tail_data, events[start:stop], offsets, out)  # fmt: skip
             columns.append(pa.Array.from_buffers(
                 pa.binary(), stop - start,
@@ -185,15 +177,15 @@ class NotificationHeads:
 
     def __getstate__(self) -> tuple[np.ndarray, ...]:
         self.merge()
-        return (self._data[:self._used], self._live, self._start.view(),
+        return (self._data.view(), self._live, self._start.view(),
                 self._key_end.view(), self._end.view())
 
     def __setstate__(self, state: tuple[np.ndarray, ...]) -> None:
         data, self._live, start, key_end, end = state
-        self._data, self._used = data, len(data)
-        self._start, self._key_end, self._end = (GrowableArray(np.int64),
-                                                 GrowableArray(np.int32),
-                                                 GrowableArray(np.int32))  # fmt: skip
+        self._data, self._start, self._key_end, self._end = (
+            GrowableArray(np.uint8), GrowableArray(np.int64), GrowableArray(np.int32),
+            GrowableArray(np.int32))  # fmt: skip
+        self._data.extend(data)
         self._start.extend(start)
         self._key_end.extend(key_end)
         self._end.extend(end)
@@ -204,10 +196,12 @@ class NotificationHeads:
 def _copy_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                  out: np.ndarray, out_starts: np.ndarray) -> None:  # fmt: skip
     """``out[out_starts[i]:][:lengths[i]]`` = ``data[starts[i]:][:lengths[i]]`` for
-    every ``i``."""
+    every ``i``, byte by byte from the first: ``out`` may be ``data`` itself, its ranges
+    moved left (``out_starts[i] <= starts[i]``, the ranges in ascending order)."""
     for i in range(starts.shape[0]):
         lo, n, at = starts[i], lengths[i], out_starts[i]
-        out[at:at + n] = data[lo:lo + n]
+        for j in range(n):
+            out[at + j] = data[lo + j]
 
 
 @numba.njit(cache=True, nogil=True)

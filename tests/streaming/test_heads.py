@@ -51,8 +51,8 @@ def test_rewrites_append_and_the_dead_bytes_are_compacted_once_they_outweigh_the
             heads.put(slot, b"s%d" % slot, b"%d" % round_ + head[1:])
         heads.merge()
         heads.check()
-        assert heads._live == live and heads._used - live <= max(live, 1 << 20)
-        used.append(heads._used)
+        assert heads._live == live and len(heads._data) - live <= max(live, 1 << 20)
+        used.append(len(heads._data))
     assert used == [2 * live, live, 2 * live, live]  # compacted every other round
     assert heads.get(999) == (b"s999", b"3" + head[1:])
 
