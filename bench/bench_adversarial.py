@@ -139,7 +139,7 @@ def parse_workload(matcher: str, expression: str) -> Operation:
 
 def wide_event_workload(matcher: str, subscriptions: int, attributes: int) -> Operation:
     index = make_matcher(matcher)
-    index.add_many((i, f"x{i} = {i}") for i in range(subscriptions))
+    index.add_many((str(i), f"x{i} = {i}") for i in range(subscriptions))
     event = {f"x{j}": 1 for j in range(attributes)}
     return lambda: {"matches": len(index.match(event))}
 
@@ -153,7 +153,7 @@ FLOODS: dict[str, Callable[[int], str]] = {
 
 def build_workload(matcher: str, flood: str, subscriptions: int) -> Operation:
     """``add_many`` of already parsed subscriptions: the index's own build cost."""
-    parsed = [(i, parse_subscription(FLOODS[flood](i))) for i in range(subscriptions)]
+    parsed = [(str(i), parse_subscription(FLOODS[flood](i))) for i in range(subscriptions)]
     index = make_matcher(matcher)
 
     def run() -> Report:
@@ -173,7 +173,7 @@ def churn_workload(matcher: str, live: int, cycles: int, seconds: float) -> Oper
     """Replace random live subscriptions by new ones (remove, then add a fresh id)."""
     rng = random.Random(9)
     index = make_matcher(matcher)
-    texts = {i: _churn_text(rng) for i in range(live)}
+    texts = {str(i): _churn_text(rng) for i in range(live)}
     index.add_many(texts.items())
     initial = index.stats().estimated_bytes
     alive = list(texts)
@@ -186,7 +186,7 @@ def churn_workload(matcher: str, live: int, cycles: int, seconds: float) -> Oper
                 slot = rng.randrange(live)
                 index.remove(alive[slot])
                 del texts[alive[slot]]
-                alive[slot] = live + done
+                alive[slot] = str(live + done)
                 texts[alive[slot]] = _churn_text(rng)
                 index.add(alive[slot], texts[alive[slot]])
                 done += 1
@@ -203,7 +203,7 @@ def like_workload(matcher: str, subscriptions: int, events: int) -> Operation:
     rng = random.Random(6)
     letters = "abcdefghijklmnopqrstuvwxyz"
     index = make_matcher(matcher)
-    index.add_many((i, f"s like '%{''.join(rng.choices(letters, k=4))}%'")
+    index.add_many((str(i), f"s like '%{''.join(rng.choices(letters, k=4))}%'")
                    for i in range(subscriptions))
     batch = [{"s": "".join(rng.choices(letters, k=40))} for _ in range(events)]
 

@@ -164,7 +164,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
     batch_seconds: list[float] = []
     batch_sizes: list[int] = []
-    answers: list[list[int]] = []
+    answers: list[list[str]] = []
     cpu_started = time.process_time()
     for batch in _batches(events, args.batch_size):
         started = time.perf_counter()
@@ -192,7 +192,7 @@ def run_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
     victims = np.random.default_rng(args.seed).choice(n, args.updates, replace=False)
     started = time.perf_counter()
     for sub_id in victims.tolist():
-        matcher.remove(sub_id)
+        matcher.remove(str(sub_id))
     matcher.stats()  # a read: files the staged removals, so the time includes filing
     remove_seconds = time.perf_counter() - started
     progress(f"{args.updates:,} adds in {add_seconds:.2f} s, removes in {remove_seconds:.2f} s")
@@ -252,10 +252,10 @@ def _command_line() -> str:
 
 def _run_children(
     args: argparse.Namespace, argv: list[str], names: list[str], scratch: Path
-) -> tuple[list[dict[str, Any]], dict[str, list[list[int]]]]:
+) -> tuple[list[dict[str, Any]], dict[str, list[list[str]]]]:
     """Run each matcher in its own subprocess; its result row and its answers."""
     rows: list[dict[str, Any]] = []
-    answers: dict[str, list[list[int]]] = {}
+    answers: dict[str, list[list[str]]] = {}
     env = os.environ | {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for name in names:
         answers_path = scratch / f"{name}.json"
@@ -289,7 +289,7 @@ def _run_children(
     return rows, answers
 
 
-def _compare(rows: list[dict[str, Any]], answers: dict[str, list[list[int]]]) -> None:
+def _compare(rows: list[dict[str, Any]], answers: dict[str, list[list[str]]]) -> None:
     """Add agreement with scan and speedup over scan to each row."""
     scan_rows = [r for r in rows if r["matcher"] == "scan" and "error" not in r]
     for row in rows:
@@ -395,7 +395,7 @@ def _report(
     args: argparse.Namespace,
     params: BEGenParams,
     rows: list[dict[str, Any]],
-    answers: dict[str, list[list[int]]],
+    answers: dict[str, list[list[str]]],
     started: datetime,
     seconds: float,
 ) -> str:

@@ -26,7 +26,7 @@ import ctypes
 import gc
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from index.core.slot_ids import SlotIds
 from index.events import FlatEvent, flatten_event
 from index.language import Conjunct, Subscription, parse_subscription
 
@@ -118,15 +119,16 @@ def _gc_paused() -> Iterator[None]:
 class Matcher(ABC):
     """Stores subscriptions by id and finds those an event satisfies.
 
-    Subscription ids are any hashable values (the service uses strings). Internally
-    each matcher works with dense integer *slots*; ``self._ids[slot]`` is the id.
+    Subscription ids are strings (``TypeError`` for another type). Internally each
+    matcher works with dense integer *slots*; ``self._ids`` (:class:`index.core.slot_ids.SlotIds`)
+    maps ids to slots and back.
     """
 
     name: str = ""
 
     def __init__(self) -> None:
-        self._slot_of: dict[Hashable, int] = {}
-        self._ids: list[Hashable | None] = []
+        self._ids = SlotIds()
+        self._slot_count = 0  # slots ever used
         self._free_slots: list[int] = []  # reusable: their removal is filed
         self._staged: list[tuple[int, Subscription]] = []
         self._staged_slots: set[int] = set()  # the slots of the staged adds
@@ -134,7 +136,7 @@ class Matcher(ABC):
 
     # -- public API ---------------------------------------------------------------
 
-    def add(self, sub_id: Hashable, expr: str | Subscription) -> None:
+    def add(self, sub_id: str, expr: str | Subscription) -> None:
         """Add the subscription ``expr`` under ``sub_id``, replacing any with that id.
 
         Raises :class:`index.errors.ExpressionError` (a ``ValueError``) for a bad
@@ -149,7 +151,7 @@ class Matcher(ABC):
         if len(self._staged) >= self.bulk_size:
             self._file_staged()
 
-    def add_many(self, items: Iterable[tuple[Hashable, str | Subscription]]) -> None:
+    def add_many(self, items: Iterable[tuple[str, str | Subscription]]) -> None:
         """Add many subscriptions: the same as ``add`` on each in turn, but in bulk.
 
         On a bad expression the items before it are added and the error is raised.
@@ -159,8 +161,8 @@ class Matcher(ABC):
         """
         with _gc_paused():
             self._file_staged()
-            batch: list[tuple[Hashable, Subscription]] = []
-            pending: set[Hashable] = set()
+            batch: list[tuple[str, Subscription]] = []
+            pending: set[str] = set()
             try:
                 for sub_id, expr in items:
                     subscription = (
@@ -180,14 +182,15 @@ class Matcher(ABC):
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""
 
-    def _replace_many(self, batch: list[tuple[Hashable, Subscription]]) -> None:
+    def _replace_many(self, batch: list[tuple[str, Subscription]]) -> None:
         """Index a batch of subscriptions under distinct ids in one bulk insert, after
         one bulk removal of those the ids held before."""
-        replaced = [sub_id for sub_id, _ in batch if sub_id in self._slot_of]
-        if replaced:
-            self.remove_many(replaced)
-        self._insert_many([(self._claim_slot(sub_id), subscription)
-                           for sub_id, subscription in batch])
+        ids = [sub_id for sub_id, _ in batch]
+        held = self._ids.find(ids) >= 0
+        if held.any():
+            self.remove_many([sub_id for sub_id, h in zip(ids, held.tolist(), strict=True) if h])
+        slots = self._claim_slots(ids)
+        self._insert_many(list(zip(slots.tolist(), (sub for _, sub in batch), strict=True)))
 
     def _file_staged(self) -> None:
         """File the staged removals, in one bulk removal (their slots become reusable),
@@ -201,31 +204,36 @@ class Matcher(ABC):
             self._staged_slots.clear()
             self._insert_many(batch)
 
-    def _claim_slot(self, sub_id: Hashable) -> int:
-        if sub_id in self._slot_of:
+    def _claim_slot(self, sub_id: str) -> int:
+        if sub_id in self:
             self.remove(sub_id)
-        slot = self._free_slots.pop() if self._free_slots else len(self._ids)
-        if slot == len(self._ids):
-            self._ids.append(sub_id)
-        else:
-            self._ids[slot] = sub_id
-        self._slot_of[sub_id] = slot
-        return slot
+        return int(self._claim_slots([sub_id])[0])
 
-    def remove(self, sub_id: Hashable) -> None:
+    def _claim_slots(self, ids: list[str]) -> np.ndarray:
+        """Slots for ``ids`` (distinct, none held): reused ones first, then new ones."""
+        kept = len(self._free_slots) - min(len(ids), len(self._free_slots))
+        fresh = len(ids) - (len(self._free_slots) - kept)
+        slots = np.concatenate((np.array(self._free_slots[kept:], dtype=np.int64),
+                                np.arange(self._slot_count, self._slot_count + fresh)))
+        self._ids.put_many(slots, ids)  # first: TypeError for an id not a str
+        del self._free_slots[kept:]
+        self._slot_count += fresh
+        return slots
+
+    def remove(self, sub_id: str) -> None:
         """Remove the subscription ``sub_id``; ``KeyError`` if there is none.
 
         The id is gone at once, and the removal is staged and filed with the other
         staged changes at the next read (see the module docstring): cost O(1) now, and a
         share of one bulk removal later.
         """
-        if self._slot_of.get(sub_id) in self._staged_slots:  # its add is not filed yet
+        if self._ids.get(sub_id) in self._staged_slots:  # its add is not filed yet
             self._file_staged()
         self._give_up([sub_id])
         if len(self._staged_removals) >= self.bulk_size:
             self._file_staged()
 
-    def remove_many(self, sub_ids: Iterable[Hashable]) -> None:
+    def remove_many(self, sub_ids: Iterable[str]) -> None:
         """Remove many subscriptions: the same as ``remove`` on each, but in bulk.
 
         ``KeyError`` if one is not held or is given twice, before anything is removed.
@@ -238,42 +246,56 @@ class Matcher(ABC):
         self._give_up(list(sub_ids))
         self._file_staged()
 
-    def _give_up(self, ids: list[Hashable]) -> None:
+    def _give_up(self, ids: list[str]) -> None:
         """Take the held ``ids`` out of the id map and stage their slots' removal;
         ``KeyError`` (nothing changed) if one is not held or comes twice."""
-        slots = list(map(self._slot_of.__getitem__, ids))
-        if len(set(slots)) < len(slots):
+        slots = self.slots_of(ids)
+        if len(np.unique(slots)) < len(slots):
             raise KeyError(next(sub_id for sub_id, n in Counter(ids).items() if n > 1))
-        for sub_id, slot in zip(ids, slots, strict=True):
-            del self._slot_of[sub_id]
-            self._ids[slot] = None
-        self._staged_removals.extend(slots)
+        self._ids.clear_many(slots)
+        self._staged_removals.extend(slots.tolist())
 
     def __contains__(self, sub_id: object) -> bool:
-        return sub_id in self._slot_of
+        return isinstance(sub_id, str) and self._ids.get(sub_id) >= 0
 
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return len(self._ids)
 
-    def __iter__(self) -> Iterator[Hashable]:
-        """The ids of the subscriptions held, in no particular order."""
-        return iter(self._slot_of)
+    def __iter__(self) -> Iterator[str]:
+        """The ids of the subscriptions held, in no particular order (a list taken
+        now)."""
+        return iter(self._ids)
 
-    def slot_of(self, sub_id: Hashable) -> int:
+    def slot_of(self, sub_id: str) -> int:
         """The slot of ``sub_id`` (``KeyError`` if there is none): the number
         :meth:`match_flat_slots` gives for its matches, fixed until it is removed or
         replaced, and reused after that. Callers keep per-subscription data in columns
         by slot with it. Cost O(1)."""
-        return self._slot_of[sub_id]
+        return int(self.slots_of([sub_id])[0])
 
-    def match(self, event: Mapping[str, Any]) -> set[Hashable]:
+    def slots_of(self, ids: Sequence[str]) -> np.ndarray:
+        """:meth:`slot_of` of each of ``ids``, as int64; ``KeyError`` naming the first
+        not held. Cost O(len(ids) + their bytes), one compiled probe each."""
+        slots = self._ids.find(ids)
+        if (slots < 0).any():
+            raise KeyError(ids[int(np.argmax(slots < 0))])
+        return slots
+
+    def ids_utf8(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids at ``slots`` (:meth:`slot_of`, each held) in UTF-8, back to back: int64
+        offsets (``len(slots) + 1``, from 0) and uint8 data, for callers that build
+        columns of them with no ``str`` per id. Cost O(len(slots) + their bytes), one
+        compiled copy."""
+        return self._ids.utf8(slots)
+
+    def match(self, event: Mapping[str, Any]) -> set[str]:
         """The ids of the subscriptions ``event`` satisfies.
 
         Raises :class:`index.errors.EventError` (a ``ValueError``) for an invalid event.
         """
         return self.match_flat_batch([flatten_event(event)])[0]
 
-    def match_batch(self, events: Sequence[Mapping[str, Any]]) -> list[set[Hashable]]:
+    def match_batch(self, events: Sequence[Mapping[str, Any]]) -> list[set[str]]:
         """One set of matching ids per event, in order.
 
         The whole batch is validated first: one invalid event raises
@@ -285,7 +307,7 @@ class Matcher(ABC):
             [flatten_event(event, position=i) for i, event in enumerate(events)]
         )
 
-    def match_flat_batch(self, flat_events: Sequence[FlatEvent]) -> list[set[Hashable]]:
+    def match_flat_batch(self, flat_events: Sequence[FlatEvent]) -> list[set[str]]:
         """``match_batch`` for events already validated and flattened.
 
         Each item must be what :func:`index.events.flatten_event` returned for an
@@ -297,7 +319,7 @@ class Matcher(ABC):
         return [set(ids[a:b]) for a, b in pairwise(bounds)]
 
     def match_flat_pairs(self, flat_events: Sequence[FlatEvent]
-                         ) -> tuple[np.ndarray, list[Hashable]]:  # fmt: skip
+                         ) -> tuple[np.ndarray, list[str]]:  # fmt: skip
         """Every match of a batch of flat events as two columns, for callers that
         process matches in bulk (the service builds its notifications with Arrow): the
         event's index in ``flat_events`` (non-decreasing) and the subscription's id;
@@ -306,7 +328,7 @@ class Matcher(ABC):
         Cost: the matching, then O(matches) in C loops; no set per event.
         """
         events, slots = self.match_flat_slots(flat_events)
-        return events, list(map(self._ids.__getitem__, slots.tolist()))
+        return events, self._ids.ids_at(slots)
 
     def match_flat_slots(self, flat_events: Sequence[FlatEvent]
                          ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
@@ -327,8 +349,13 @@ class Matcher(ABC):
 
     def check(self) -> None:
         """File the staged adds, then assert every invariant of the index; raises
-        ``AssertionError`` on a breach."""
+        ``AssertionError`` on a breach: the id map's too (:meth:`SlotIds.check`), and
+        that the free slots and the held ones are apart and below the slots ever used."""
         self._file_staged()
+        self._ids.check()
+        free, held = set(self._free_slots), set(self._ids.held_slots().tolist())
+        assert len(free) == len(self._free_slots) and not free & held, "a slot both free and held"
+        assert max(free | held, default=-1) < self._slot_count
         self._check()
 
     # -- hooks for subclasses -----------------------------------------------------

@@ -47,6 +47,6 @@ class ScanMatcher(Matcher):
         return MatcherStats(len(subs), conjuncts, predicates, 0, 200 * (conjuncts + predicates))
 
     def _check(self) -> None:
-        assert set(self._subscriptions) == set(self._slot_of.values())
+        assert set(self._subscriptions) == set(self._ids.held_slots().tolist())
         for slot, sub in self._subscriptions.items():
             assert sub.conjuncts, f"slot {slot} has no conjunct"

@@ -213,9 +213,11 @@ def load_snapshot(
         header = _header(file.readline(MAX_HEADER_BYTES), path, prefix, matcher, shard)
         start = file.tell()
         checksum, size = hashlib.sha256(), 0
-        while chunk := file.read(CHUNK_BYTES):
-            checksum.update(chunk)
-            size += len(chunk)
+        chunk = bytearray(CHUNK_BYTES)  # one buffer reused: a read never holds two chunks
+        while read := file.readinto(chunk):
+            checksum.update(memoryview(chunk)[:read])
+            size += read
+        del chunk
         if size != header.get("payload_bytes") or checksum.hexdigest() != header.get(
                 "payload_sha256"):  # fmt: skip
             raise SnapshotError(f"{path} is corrupt (its size or checksum differs from its "

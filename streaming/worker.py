@@ -32,6 +32,7 @@ driver. The I/O here is outside every barrier, in :func:`sync_index` (Redis) and
 
 from __future__ import annotations
 
+import json
 import logging
 import resource
 import threading
@@ -50,7 +51,7 @@ from index import Matcher, make_matcher
 from index.errors import PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
-from streaming.heads import NotificationHeads
+from streaming.heads import NotificationHeads, binary_column
 from streaming.records import (
     RecordError,
     RecordLimits,
@@ -229,31 +230,33 @@ class WorkerIndex:
         mine = (item for item in stored if holds(item[0]))
         for first in mine:
             chunk = chain([first], islice(mine, LOAD_CHUNK - 1))
-            heads: dict[str, tuple[bytes, bytes]] = {}
+            heads: dict[str, bytes] = {}
             self.matcher.add_many(self._decode(chunk, heads, left_out))
-            for sub_id, (key, head) in heads.items():  # an id given twice: its last ones
-                self.heads.put(self.matcher.slot_of(sub_id), key, head)
+            # an id given twice: its last head
+            for slot, head in zip(self.matcher.slots_of(list(heads)).tolist(), heads.values(),
+                                  strict=True):  # fmt: skip
+                self.heads.put(slot, head)
             self.heads.merge()
         self.delete(left_out)
 
     @staticmethod
     def _decode(
-        puts: Iterable[tuple[str, str, str | None]], heads: dict[str, tuple[bytes, bytes]],
+        puts: Iterable[tuple[str, str, str | None]], heads: dict[str, bytes],
         left_out: list[str],
     ) -> Iterator[tuple[str, Subscription]]:
         """The parsed subscriptions of ``puts``, for ``add_many``; their notification
-        keys and heads go to ``heads``. One that cannot be decoded (the driver validated it, so
+        heads go to ``heads``. One that cannot be decoded (the driver validated it, so
         only a hand-edited Redis or a bug) is logged and its id put in ``left_out``, for
         the caller to remove any previous version: the index never holds a stale one."""
         for sub_id, stored, normal_form in puts:
             try:  # the per-record barrier; no I/O inside
                 record = load_stored(stored, normal_form)
-                key_head = (sub_id.encode(), notification_head(sub_id, record))
+                head = notification_head(sub_id, record)
             except Exception as exc:
                 left_out.append(sub_id)
                 log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
                 continue
-            heads[sub_id] = key_head
+            heads[sub_id] = head
             yield sub_id, record.subscription
 
     def put(self, sub_id: str, stored: str) -> None:
@@ -262,32 +265,33 @@ class WorkerIndex:
         that finds the culprit when a bulk :meth:`apply` raised."""
         try:
             record = load_stored(stored)
-            key, head = sub_id.encode(), notification_head(sub_id, record)
+            head = notification_head(sub_id, record)
             # add_many files before it returns (add would stage): a culprit raises here
             self.matcher.add_many([(sub_id, record.subscription)])
         except Exception as exc:  # the per-record barrier; no I/O inside
             self.delete([sub_id])
             log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
             return
-        self.heads.put(self.matcher.slot_of(sub_id), key, head)
+        self.heads.put(self.matcher.slot_of(sub_id), head)
 
     def delete(self, sub_ids: list[str]) -> None:
         """Remove those of ``sub_ids`` the matcher holds (an id may come twice), with
         their heads, in one bulk removal (``Matcher.remove_many``)."""
         held = [sub_id for sub_id in dict.fromkeys(sub_ids) if sub_id in self.matcher]
-        for sub_id in held:
-            self.heads.clear(self.matcher.slot_of(sub_id))
+        for slot in self.matcher.slots_of(held).tolist():
+            self.heads.clear(slot)
         self.matcher.remove_many(held)
 
     def check(self) -> None:
         """Assert the matcher's and the heads' invariants, and that every subscription the
-        matcher holds has its key and head at its slot; ``AssertionError`` on a breach.
+        matcher holds has its head at its slot; ``AssertionError`` on a breach.
         Cost O(subscriptions)."""
         self.matcher.check()
         self.heads.check()
         for sub_id in self.matcher:
-            stored = self.heads.get(self.matcher.slot_of(sub_id))
-            assert stored is not None and stored[0] == sub_id.encode(), (sub_id, stored)
+            head = self.heads.get(self.matcher.slot_of(sub_id))
+            assert head is not None, sub_id
+            assert json.loads(head[:-1] + b"}")["subscription_id"] == sub_id, (sub_id, head)
 
 
 _CACHE: dict[tuple[str, str, str, int, int], WorkerIndex] = {}
@@ -571,7 +575,7 @@ def match_rows(
         t3, cpu3 = time.perf_counter(), time.thread_time()
         notifications = notification_records(
             settings.notifications_topic, events[start : start + RECORDS_CHUNK],
-            slots[start : start + RECORDS_CHUNK], index.heads, tails,
+            slots[start : start + RECORDS_CHUNK], index, tails,
         )  # fmt: skip
         metrics.cpu_s += time.thread_time() - cpu3
         metrics.encode_s += time.perf_counter() - t3
@@ -581,22 +585,21 @@ def match_rows(
 
 
 def notification_records(
-    topic: str, events: np.ndarray, slots: np.ndarray, heads: NotificationHeads,
-    tails: list[bytes],
+    topic: str, events: np.ndarray, slots: np.ndarray, index: WorkerIndex, tails: list[bytes],
 ) -> list[pa.RecordBatch]:
-    """The notification records of matches ``(events[i], slots[i])``: key the
-    subscription's id, value its head and the event's tail (:mod:`streaming.records`),
+    """The notification records of matches ``(events[i], slots[i])`` of ``index``: key
+    the subscription's id, value its head and the event's tail (:mod:`streaming.records`),
     in record batches of :data:`OUTPUT_SCHEMA` (one but for enormous batches: see
     :meth:`NotificationHeads.join`).
 
-    Cost O(matches), nothing per match in Python: the keys copied by slot
-    (:meth:`NotificationHeads.keys`) and the values joined by
+    Cost O(matches), nothing per match in Python: the keys copied by slot from the
+    matcher's ids (:meth:`index.matcher.Matcher.ids_utf8`) and the values joined by
     :meth:`NotificationHeads.join`.
     """
-    keys = heads.keys(slots)
+    keys = binary_column(*index.matcher.ids_utf8(slots))
     batches = []
     start = 0
-    for values in heads.join(slots, tails, events):
+    for values in index.heads.join(slots, tails, events):
         n = len(values)
         batches.append(pa.RecordBatch.from_arrays(
             [pa.array([topic], pa.string()).take(pa.array(np.zeros(n, np.int32))),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections import Counter
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class TwoPhaseMatcher(IndexedMatcher):
             self.size.data[cid] = -1
             self._unfile_predicates(cid, decompose_conjunct(conjunct)[0])
 
-    def add_many(self, items: Iterable[tuple[Hashable, str | Subscription]]) -> None:
+    def add_many(self, items: Iterable[tuple[str, str | Subscription]]) -> None:
         """Add many subscriptions, then build the structures (so build time is paid
         here rather than by the first match)."""
         super().add_many(items)

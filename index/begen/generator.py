@@ -160,14 +160,14 @@ class BEGenParams:
 class Workload:
     """A generated workload.
 
-    ``subscriptions`` are ``(id, expression text)`` pairs with ids ``0 .. n-1``;
-    ``subscription_base[i]`` is the base subscription ``i`` was derived from and
-    ``event_base[j]`` the base event ``j`` copies, so event ``j`` satisfies every
-    subscription ``i`` with ``subscription_base[i] == event_base[j]``.
+    ``subscriptions`` are ``(id, expression text)`` pairs, subscription ``i`` under the
+    id ``str(i)``; ``subscription_base[i]`` is the base subscription ``i`` was derived
+    from and ``event_base[j]`` the base event ``j`` copies, so event ``j`` satisfies
+    every subscription ``i`` with ``subscription_base[i] == event_base[j]``.
     """
 
     params: BEGenParams
-    subscriptions: list[tuple[int, str]]
+    subscriptions: list[tuple[str, str]]
     events: list[dict[str, int]]
     subscription_base: np.ndarray
     event_base: np.ndarray
@@ -233,14 +233,14 @@ def _derived_expressions(
     base_values: np.ndarray,
     names: Sequence[str],
     rng: np.random.Generator,
-) -> tuple[list[tuple[int, str]], np.ndarray]:
+) -> tuple[list[tuple[str, str]], np.ndarray]:
     """The subscriptions, derived evenly from the bases in random order, and their bases."""
     n, size, k = params.subscriptions, params.event_size, params.subscription_size
     subscription_base = np.arange(n, dtype=np.int64) % params.bases
     rng.shuffle(subscription_base)
     transforms = np.array(OPERATOR_CLASSES[params.operator_class], dtype=np.int64)
     value_text = [str(v) for v in range(params.cardinality)]
-    subscriptions: list[tuple[int, str]] = []
+    subscriptions: list[tuple[str, str]] = []
     for start in range(0, n, _CHUNK):
         bases = subscription_base[start : start + _CHUNK]
         # A simple random sample of k of the base's positions, in attribute order.
@@ -255,7 +255,7 @@ def _derived_expressions(
             ops[transformed] = transforms[rng.integers(0, len(transforms), transformed.sum())]
         texts = _render(params, ops, attrs, vstar, names, value_text, rng)
         subscriptions.extend(
-            (start + j, " and ".join(texts[j * k : (j + 1) * k])) for j in range(len(bases))
+            (str(start + j), " and ".join(texts[j * k : (j + 1) * k])) for j in range(len(bases))
         )
     return subscriptions, subscription_base
 
@@ -387,11 +387,11 @@ def write_workload(workload: Workload, out_dir: Path) -> tuple[Path, Path, Path]
     return subs_path, events_path, params_path
 
 
-def read_subscriptions(path: Path) -> list[tuple[int, str]]:
+def read_subscriptions(path: Path) -> list[tuple[str, str]]:
     """Read a ``subscriptions.tsv`` written by :func:`write_workload`."""
     with path.open(encoding="utf-8") as f:
         return [
-            (int(sub_id), text) for sub_id, text in (line.rstrip("\n").split("\t", 1) for line in f)
+            (sub_id, text) for sub_id, text in (line.rstrip("\n").split("\t", 1) for line in f)
         ]
 
 

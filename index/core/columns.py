@@ -245,6 +245,13 @@ class GrowableArray:
     def nbytes(self) -> int:
         return int(self._data.nbytes) + 8 * len(self._pending)
 
+    def __getstate__(self) -> np.ndarray:
+        """The live values only: a snapshot holds no spare capacity."""
+        return self.view()
+
+    def __setstate__(self, values: np.ndarray) -> None:
+        self._data, self._pending, self._size = values, [], len(values)
+
 
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Expand ranges ``[starts[i], starts[i] + counts[i])`` into flat indices.

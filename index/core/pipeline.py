@@ -149,7 +149,7 @@ class IndexedMatcher(Matcher):
                             self._spaces(), registry.nbytes + self._structure_bytes())
 
     def _check(self) -> None:
-        self.registry.check(list(self._slot_of.values()))
+        self.registry.check(self._ids.held_slots().tolist())
 
     def _spaces(self) -> int:
         """Live PS-Tree predicate spaces of the index (0 without a forest)."""

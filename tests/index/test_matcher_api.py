@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -46,22 +47,24 @@ def test_add_match_replace_remove(matcher):
 
 def test_removes_are_staged_and_seen_by_every_read(matcher):
     """``remove`` gives the id up at once and the next read files the removals."""
-    matcher.add_many([(i, f"x = {i % 3}") for i in range(30)])
+    matcher.add_many([(str(i), f"x = {i % 3}") for i in range(30)])
     for i in range(0, 30, 2):
-        matcher.remove(i)
-    assert len(matcher) == 15 and 0 not in matcher and set(matcher) == set(range(1, 30, 2))
+        matcher.remove(str(i))
+    assert len(matcher) == 15 and "0" not in matcher
+    assert set(matcher) == {str(i) for i in range(1, 30, 2)}
     with pytest.raises(KeyError):
-        matcher.remove(0)
+        matcher.remove("0")
     with pytest.raises(KeyError):
-        matcher.slot_of(0)
-    assert matcher.match({"x": 1}) == {1, 7, 13, 19, 25}
-    matcher.remove(1)
-    matcher.add(1, "x = 2")  # a removed id comes back, a staged removal before it
-    matcher.remove(7)
-    matcher.add(5, "x = 1")  # replaces a live one, a staged removal before it
-    matcher.add(40, "x = 2")
-    matcher.remove(40)  # a staged add: filed first, then removed
-    assert matcher.match_batch([{"x": 1}, {"x": 2}]) == [{5, 13, 19, 25}, {1, 11, 17, 23, 29}]
+        matcher.slot_of("0")
+    assert matcher.match({"x": 1}) == {"1", "7", "13", "19", "25"}
+    matcher.remove("1")
+    matcher.add("1", "x = 2")  # a removed id comes back, a staged removal before it
+    matcher.remove("7")
+    matcher.add("5", "x = 1")  # replaces a live one, a staged removal before it
+    matcher.add("40", "x = 2")
+    matcher.remove("40")  # a staged add: filed first, then removed
+    assert matcher.match_batch([{"x": 1}, {"x": 2}]) == [
+        {"5", "13", "19", "25"}, {"1", "11", "17", "23", "29"}]
     matcher.check()
     assert matcher.stats().subscriptions == len(matcher) == 14
 
@@ -105,17 +108,17 @@ def test_a_bad_expression_leaves_the_index_unchanged(matcher):
 
 
 def test_match_batch_answers_in_order(matcher):
-    matcher.add_many([(1, "a = 1"), (2, "a = 2"), (3, "a >= 1")])
+    matcher.add_many([("1", "a = 1"), ("2", "a = 2"), ("3", "a >= 1")])
     matcher.check()
-    assert matcher.match_batch([{"a": 2}, {}, {"a": 1}]) == [{2, 3}, set(), {1, 3}]
+    assert matcher.match_batch([{"a": 2}, {}, {"a": 1}]) == [{"2", "3"}, set(), {"1", "3"}]
 
 
 def test_match_flat_batch_matches_flattened_events_like_match_batch(matcher):
-    matcher.add_many([(1, "user.age > 3"), (2, "a = 1"), (3, "a = 1 and user.age = 4")])
+    matcher.add_many([("1", "user.age > 3"), ("2", "a = 1"), ("3", "a = 1 and user.age = 4")])
     events = [{"user": {"age": 4}, "a": 1}, {}, {"a": 1}]
     flat = [flatten_event(event) for event in events]
     assert matcher.match_flat_batch(flat) == matcher.match_batch(events) == [
-        {1, 2, 3}, set(), {2}]
+        {"1", "2", "3"}, set(), {"2"}]
     assert matcher.match_flat_batch([]) == matcher.match_batch([]) == []
 
 
@@ -158,7 +161,7 @@ def test_add_many_pauses_the_cyclic_collector_and_restores_it(matcher):
     def items():
         for i in range(3):
             seen.append(gc.isenabled())
-            yield i, f"a = {i}"
+            yield str(i), f"a = {i}"
 
     assert gc.isenabled()
     matcher.add_many(items())
@@ -166,12 +169,27 @@ def test_add_many_pauses_the_cyclic_collector_and_restores_it(matcher):
     gc.disable()
     try:
         with pytest.raises(ExpressionError):
-            matcher.add_many([(9, "a <")])
+            matcher.add_many([("9", "a <")])
         assert not gc.isenabled()  # a caller's own choice is kept, even on an error
     finally:
         gc.enable()
     matcher.check()
-    assert matcher.match({"a": 1}) == {1}
+    assert matcher.match({"a": 1}) == {"1"}
+
+
+def test_ids_are_strings_of_any_unicode(matcher):
+    ids = ["plain", "é-ü", "\U0001f600", "", "a\x00b", "\ud800 lone surrogate"]
+    matcher.add_many([(sub_id, "a = 1") for sub_id in ids])
+    matcher.check()
+    assert matcher.match({"a": 1}) == set(ids) and all(sub_id in matcher for sub_id in ids)
+    offsets, data = matcher.ids_utf8(matcher.slots_of(ids[:5]))
+    assert [data[lo:hi].tobytes().decode() for lo, hi in pairwise(offsets)] == ids[:5]
+    with pytest.raises(TypeError, match="a subscription id is a str, not int"):
+        matcher.add(7, "a = 1")
+    with pytest.raises(TypeError, match="not bytes"):
+        matcher.add_many([(b"s", "a = 1")])
+    assert 7 not in matcher and len(matcher) == len(ids)
+    matcher.check()
 
 
 def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
@@ -185,7 +203,7 @@ def test_an_unpickled_index_takes_enough_adds_to_merge_its_side_lists(matcher):
     """A worker restored from a snapshot (pickle protocol 5, whose arrays live in the
     pickle's buffer) goes on growing: more adds than a multimap keeps beside its main
     part, so they merge into arrays the index did not allocate itself."""
-    texts = {i: f"a between {i} and {i + 3} and b = {i % 7}" for i in range(2 * MERGE_MIN)}
+    texts = {str(i): f"a between {i} and {i + 3} and b = {i % 7}" for i in range(2 * MERGE_MIN)}
     matcher.add_many(list(texts.items())[:MERGE_MIN // 2])
     restored = pickle.loads(pickle.dumps(matcher, protocol=5))
     restored.add_many(list(texts.items())[MERGE_MIN // 2:])
@@ -193,7 +211,8 @@ def test_an_unpickled_index_takes_enough_adds_to_merge_its_side_lists(matcher):
     assert len(restored) == len(texts)
     events = [{"a": a, "b": b} for a in range(0, 2 * MERGE_MIN, 211) for b in (0, 3)]
     assert restored.match_batch(events) == [
-        {i for i in texts if i <= e["a"] <= i + 3 and e["b"] == i % 7} for e in events]
+        {i for i in texts if int(i) <= e["a"] <= int(i) + 3 and e["b"] == int(i) % 7}
+        for e in events]
 
 
 FOREST_MATCHERS = {"pstbloom", "psthash", "opindex", "betree"}

@@ -184,7 +184,7 @@ def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path
                      for i in range(30_000))  # fmt: skip
     heads = NotificationHeads()
     for i in range(30_000):
-        heads.put(matcher.slot_of(f"s{i}"), f"s{i}".encode(), b"h" * 40)
+        heads.put(matcher.slot_of(f"s{i}"), b"h" * 40)
     heads.merge()  # as a worker's load does after each chunk: not the snapshot's cost
     tracemalloc.start()
     try:

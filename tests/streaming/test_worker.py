@@ -260,7 +260,7 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     merge = NotificationHeads.merge
 
     def counted(self: NotificationHeads) -> None:
-        merged.append(len(self._pending))
+        merged.append(len(self._heads._pending))
         merge(self)
 
     monkeypatch.setattr(NotificationHeads, "merge", counted)

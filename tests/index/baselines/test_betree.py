@@ -28,7 +28,7 @@ def tree(matcher: BETreeMatcher, attribute: str) -> int:
 
 
 def node_of(matcher: BETreeMatcher, sub_id: str) -> CNode:
-    (cid,) = matcher.registry.cids_of(matcher._slot_of[sub_id])
+    (cid,) = matcher.registry.cids_of(matcher.slot_of(sub_id))
     return matcher._node_of[cid]
 
 
@@ -160,7 +160,7 @@ def test_a_bulk_build_walks_groups_not_conjuncts() -> None:
     subscription (2.03 measured: each conjunct entered in its l-node, and about one
     call per c-node made)."""
     n = 20_000
-    parsed = [(i, parse_subscription(f"a = {i}")) for i in range(n)]
+    parsed = [(str(i), parse_subscription(f"a = {i}")) for i in range(n)]
     matcher = BETreeMatcher()
     calls = 0
 
@@ -189,7 +189,7 @@ def test_l_node_sets_hold_memory_for_what_they_hold_after_a_bulk_build() -> None
     20K BE-Gen bulk build matched 30 % slower). Counted: each l-node set's bytes
     follow its size (without the rebuild the root kept 512 KiB for nothing)."""
     matcher = BETreeMatcher()
-    matcher.add_many((i, f"a{i % 40} = {i} and b{i % 7} < {i}") for i in range(8_000))
+    matcher.add_many((str(i), f"a{i % 40} = {i} and b{i % 7} < {i}") for i in range(8_000))
     matcher.check()
     for node in matcher._nodes():
         assert sys.getsizeof(node.lnode) <= 4096 + 64 * node.size
@@ -235,13 +235,13 @@ def test_contains_patterns_hand_over_only_their_candidates() -> None:
     are exactly the conjuncts whose pattern holds (each one a match here)."""
     rng = random.Random(6)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    subs = {i: f"s like '%{''.join(rng.choices(letters, k=4))}%'" for i in range(5_000)}
+    subs = {str(i): f"s like '%{''.join(rng.choices(letters, k=4))}%'" for i in range(5_000)}
     matcher, scan = BETreeMatcher(), make_matcher("scan")
     matcher.add_many(subs.items())
     scan.add_many(subs.items())
     matcher.check()
     events = [{"s": "".join(rng.choices(letters, k=40))} for _ in range(30)]
-    events += [{"s": subs[i][9:13] + "zz"} for i in range(0, 5_000, 500)]
+    events += [{"s": subs[str(i)][9:13] + "zz"} for i in range(0, 5_000, 500)]
     handed = _handed_over(matcher)
     found = matcher.match_batch(events)
     assert found == scan.match_batch(events)
@@ -288,14 +288,14 @@ def test_churn_keeps_the_tree_near_a_fresh_build() -> None:
         return (f"a{rng.randrange(20)} between {v} and {v + rng.randrange(1, 1000)} "
                 f"and b{rng.randrange(7)} = {rng.randrange(1000)}")
 
-    matcher, live = BETreeMatcher(), {i: text() for i in range(300)}
+    matcher, live = BETreeMatcher(), {str(i): text() for i in range(300)}
     matcher.add_many(live.items())
     for cycle in range(3_000):
         gone = rng.choice(list(live))
         matcher.remove(gone)
         del live[gone]
-        live[300 + cycle] = text()
-        matcher.add(300 + cycle, live[300 + cycle])
+        live[str(300 + cycle)] = text()
+        matcher.add(str(300 + cycle), live[str(300 + cycle)])
         if cycle % 300 == 0:
             matcher.check()
     matcher.check()

@@ -78,19 +78,19 @@ def test_deleted_entries_stay_until_the_bulk_purge(monkeypatch) -> None:
     m = PBTreeMatcher()
     monkeypatch.setattr("index.core.registry.PURGE_MIN", 2)
     for i in range(6):
-        m.add(i, f"x >= {i} and x != {i + 1}")
-    assert m.match({"x": 0}) == {0}
-    m.remove(0)
+        m.add(str(i), f"x >= {i} and x != {i + 1}")
+    assert m.match({"x": 0}) == {"0"}
+    m.remove("0")
     m.check()
     assert m.match({"x": 0}) == set()
     tree = m.trees[m.tree_of[("x", Kind.NUMBER)]]
     assert len(tree.leaf) == 6 and len(tree.inequality) == 6
-    m.remove(1)
-    m.remove(2)  # three removals: purge
+    m.remove("1")
+    m.remove("2")  # three removals: purge
     m.check()
     assert len(tree.leaf) == len(tree.greater) == len(tree.inequality) == 3
     m.add("new", "x >= 0")
     m.check()
-    assert m.registry.cids_of(m._slot_of["new"])[0] < 6  # a purged cid is reused
-    assert m.match({"x": 9}) == {3, 4, 5, "new"}
+    assert m.registry.cids_of(m.slot_of("new"))[0] < 6  # a purged cid is reused
+    assert m.match({"x": 9}) == {"3", "4", "5", "new"}
     m.check()

@@ -7,10 +7,10 @@ from index.baselines.paper_predicates import Op
 from index.baselines.propagation import PropagationMatcher
 
 
-def filed(m: PropagationMatcher, sub_id: object) -> tuple[int, object, list[object]]:
+def filed(m: PropagationMatcher, sub_id: str) -> tuple[int, object, list[object]]:
     """(cluster width, access predicate, other predicates) of a one-conjunct id."""
     m.check()  # files staged adds
-    (cid,) = m.registry.cids_of(m._slot_of[sub_id])
+    (cid,) = m.registry.cids_of(m.slot_of(sub_id))
     m._prepare()
     for width, table in m.clusters.items():
         rows = (table.owners == cid).nonzero()[0]
@@ -54,9 +54,9 @@ def test_clusters_of_one_access_predicate_are_split_by_size() -> None:
 def test_the_bit_vector_is_cleared_after_every_chunk() -> None:
     m = PropagationMatcher()
     for i in range(50):
-        m.add(i, f"a = {i % 5} and b >= {i} and c != {i}")
+        m.add(str(i), f"a = {i % 5} and b >= {i} and c != {i}")
     answers = m.match_batch([{"a": i % 5, "b": i, "c": 0} for i in range(20)])
-    assert answers[7] == {2, 7}
+    assert answers[7] == {"2", "7"}
     assert not m._bits.any()
     m.check()
 
@@ -75,15 +75,15 @@ def test_removed_rows_are_skipped_then_purged_and_pids_reused(monkeypatch) -> No
     m = PropagationMatcher()
     monkeypatch.setattr("index.core.registry.PURGE_MIN", 2)
     for i in range(6):
-        m.add(i, f"a = 1 and b = {i}")
-    assert m.match({"a": 1, "b": 0}) == {0}
-    m.remove(0)
+        m.add(str(i), f"a = 1 and b = {i}")
+    assert m.match({"a": 1, "b": 0}) == {"0"}
+    m.remove("0")
     m.check()
     assert m.match({"a": 1, "b": 0}) == set()
     assert len(m.clusters[1]) == 6  # the row waits for the purge
     pids_before = m.predicates.size
-    m.remove(1)
-    m.remove(2)  # three removals: purge
+    m.remove("1")
+    m.remove("2")  # three removals: purge
     m.check()
     assert len(m.clusters[1]) == 3 and m.registry.awaiting_reclaim == 0
     m.add("x", "a = 1 and b = 7")

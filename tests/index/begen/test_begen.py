@@ -83,7 +83,8 @@ def test_subscriptions_do_not_depend_on_event_count(small: Workload) -> None:
 
 
 def test_counts_ids_and_bases(small: Workload) -> None:
-    assert [sub_id for sub_id, _ in small.subscriptions] == list(range(SMALL.subscriptions))
+    assert [sub_id for sub_id, _ in small.subscriptions] == [
+        str(i) for i in range(SMALL.subscriptions)]
     assert len(small.events) == SMALL.events
     # Subscriptions are spread evenly over the bases; events use each base equally often.
     per_base = np.bincount(small.subscription_base, minlength=SMALL.bases)
@@ -252,7 +253,7 @@ def test_each_event_matches_the_subscriptions_derived_from_its_base(small: Workl
     matcher = make_matcher("scan")
     matcher.add_many(small.subscriptions)
     for base, matched in zip(small.event_base, matcher.match_batch(small.events), strict=True):
-        derived = set(np.flatnonzero(small.subscription_base == base).tolist())
+        derived = {str(i) for i in np.flatnonzero(small.subscription_base == base).tolist()}
         assert derived <= matched
 
 

@@ -96,8 +96,9 @@ def test_contains_subscriptions_are_evaluated_only_where_their_pattern_holds(
     rng = random.Random(3)
     letters = "abcdefghijklmnopqrstuvwxyz"
     matcher, scan = make_matcher(name), make_matcher("scan")
-    items = [(i, f"s like '%{''.join(rng.choices(letters, k=4))}%'") for i in range(2_000)]
-    items += [(-1, "s like '%zz' and n > 3"), (-2, "s like '%q%' and s not like '%qq%'")]
+    items = [(str(i), f"s like '%{''.join(rng.choices(letters, k=4))}%'")
+             for i in range(2_000)]
+    items += [("-1", "s like '%zz' and n > 3"), ("-2", "s like '%q%' and s not like '%qq%'")]
     matcher.add_many(items)
     scan.add_many(items)
     matcher.check()
@@ -128,7 +129,7 @@ def test_patterns_follow_removals_and_replacements(name: str) -> None:
               "s like '%{}%' or t like '%{}'", "s like '%{}%' and s like '%{}'"]
     events = [{"s": _word(rng, 0, 8), "t": _word(rng, 0, 5)} for _ in range(30)]
     for step in range(400):
-        sub_id = rng.randrange(40)
+        sub_id = str(rng.randrange(40))
         if sub_id in scan and rng.random() < 0.3:
             matcher.remove(sub_id)
             scan.remove(sub_id)

@@ -17,7 +17,7 @@ def test_small_chunks_tile_the_batch_and_answer_as_one(name, monkeypatch):
     monkeypatch.setattr("index.core.pipeline.WORK_BUDGET", 64)
     matcher, scan = make_matcher(name), make_matcher("scan")
     assert isinstance(matcher, IndexedMatcher)
-    subs = [(i, f"a = {i % 7} and b between {i % 5} and {i % 5 + 3} or c like '%{i % 3}%'")
+    subs = [(str(i), f"a = {i % 7} and b between {i % 5} and {i % 5 + 3} or c like '%{i % 3}%'")
             for i in range(120)]
     matcher.add_many(subs)
     scan.add_many(subs)
@@ -44,13 +44,13 @@ def test_candidates_whose_pattern_fails_are_dropped_before_verification(name):
     and to the residual check are only those whose pattern holds (each a match here)."""
     rng = random.Random(6)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    subs = {i: f"s like '%{''.join(rng.choices(letters, k=4))}%'" for i in range(2_000)}
+    subs = {str(i): f"s like '%{''.join(rng.choices(letters, k=4))}%'" for i in range(2_000)}
     matcher, scan = make_matcher(name), make_matcher("scan")
     assert isinstance(matcher, IndexedMatcher)
     matcher.add_many(subs.items())
     scan.add_many(subs.items())
     events = [{"s": "".join(rng.choices(letters, k=40))} for _ in range(20)]
-    events += [{"s": subs[i][9:13] + "zz"} for i in range(0, 2_000, 200)]
+    events += [{"s": subs[str(i)][9:13] + "zz"} for i in range(0, 2_000, 200)]
     residual_pairs: list[int] = []
     check = matcher.registry.keep_satisfied
 

@@ -198,9 +198,9 @@ def test_replacing_one_subscription_keeps_spaces_bounded() -> None:
     # 1,000 replacements cross several purges.
     for name in ("pstbloom", "psthash", "opindex", "betree"):
         m = make_matcher(name)
-        m.add_many((i, f"age = {i} and x between {i} and {i + 5}") for i in range(100))
+        m.add_many((str(i), f"age = {i} and x between {i} and {i + 5}") for i in range(100))
         for k in range(1_000):
-            m.add(0, f"age = {1000 + k} and x between {k} and {k + 3}")
+            m.add("0", f"age = {1000 + k} and x between {k} and {k + 3}")
             if k % 250 == 0:
                 m.check()
         m.check()

@@ -24,15 +24,15 @@ from tests.index.strategies import events, expressions, parsed
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_signatures_never_drop_a_match(first: list[str], later: list[str], batch: list[dict]):
     bloom, scan = make_matcher("pstbloom"), make_matcher("scan")
-    initial = list(enumerate(parsed(first)))
+    initial = [(str(i), sub) for i, sub in enumerate(parsed(first))]
     bloom.add_many(initial)  # builds the signatures
     scan.add_many(initial)
     bloom.check()
     assert bloom.match_batch(batch) == scan.match_batch(batch)
     # Added after the build: new bounds split spaces that share their parent's filter.
     for i, sub in enumerate(parsed(later), start=1000):
-        bloom.add(i, sub)
-        scan.add(i, sub)
+        bloom.add(str(i), sub)
+        scan.add(str(i), sub)
     bloom.check()
     assert bloom.match_batch(batch) == scan.match_batch(batch)
     # Removed after the build: their bits stay (stale), which may only add candidates.
@@ -47,11 +47,11 @@ def test_signatures_never_drop_a_match(first: list[str], later: list[str], batch
 
 def test_signatures_reject_candidates_whose_other_predicate_misses():
     bloom = make_matcher("pstbloom")
-    bloom.add_many([(i, f"a = {i} and b = {i}") for i in range(50)])
+    bloom.add_many([(str(i), f"a = {i} and b = {i}") for i in range(50)])
     assert bloom.sig_pool.any(), "add_many builds the signatures"
     # Every conjunct's second predicate (b = i) is narrow, so it is signed.
     assert (bloom.sig_mask.view() != 0).all()
-    assert bloom.match({"a": 3, "b": 3}) == {3}
+    assert bloom.match({"a": 3, "b": 3}) == {"3"}
     assert bloom.match({"a": 3, "b": 4}) == set()
 
 
@@ -60,7 +60,7 @@ def test_signatures_reject_candidates_whose_other_predicate_misses():
 def test_signatures_built_block_by_block_equal_those_built_at_once(texts: list[str],
                                                                    block: int) -> None:
     bloom = make_matcher("pstbloom")
-    bloom.add_many(list(enumerate(parsed(texts))))
+    bloom.add_many([(str(i), sub) for i, sub in enumerate(parsed(texts))])
     whole = (bloom.sig_pool.copy(), bloom.sig_offset.copy(), bloom.sig_bits.copy(),
              bloom.sig_mask.view().copy())
     with patch.object(pstbloom, "SIGNATURE_BLOCK", block):

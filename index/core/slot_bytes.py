@@ -1,0 +1,184 @@
+"""A byte string per slot, in one append-only buffer: how the ids of a matcher
+(:mod:`index.core.slot_ids`) and the notification heads of a worker
+(:mod:`streaming.heads`) are kept without a Python object each.
+
+Owns :class:`SlotBytes` and the compiled copy of byte ranges (:func:`copy_ranges`) that
+reads and compacts it.
+
+A slot's bytes are appended at the end of the buffer, and two columns by slot say where
+they lie (start, -1 for none, and length). A rewritten or cleared slot leaves dead bytes
+behind, and the buffer is compacted in place once they outweigh the live ones. So a
+write costs its own bytes and a share of the buffer's growth, never a copy of the store:
+at 1M subscriptions a ``bytes`` object per slot took about 40 bytes of header each, and a
+store rewritten whole per batch of writes made each write's cost grow with the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numba
+import numpy as np
+
+from index.core.columns import GrowableArray
+
+NONE = -1
+"""The start of a slot that holds nothing."""
+_MIN_DEAD = 1 << 20
+"""Dead bytes below this never trigger a compaction (a small store is not worth it)."""
+
+
+class SlotBytes:
+    """A byte string by slot, in one buffer.
+
+    Single writes (:meth:`put`, :meth:`clear`) are held in a dictionary and appended at
+    the next read in one vectorised pass (:meth:`merge`); :meth:`put_many` writes a batch
+    at once.
+    """
+
+    __slots__ = ("_buffer", "_length", "_live", "_pending", "_start")
+
+    def __init__(self) -> None:
+        self._buffer = GrowableArray(np.uint8)
+        self._live = 0  # bytes of the buffer that slots hold
+        self._start = GrowableArray(np.int64)
+        self._length = GrowableArray(np.int32)
+        self._pending: dict[int, bytes | None] = {}
+
+    def put(self, slot: int, value: bytes) -> None:
+        """Store ``value`` at ``slot``, replacing what it held. Cost O(1) now, and its
+        bytes at the next read."""
+        self._pending[slot] = value
+
+    def clear(self, slot: int) -> None:
+        """Forget what ``slot`` holds. Cost O(1) now."""
+        self._pending[slot] = None
+
+    def put_many(self, slots: np.ndarray, values: Sequence[bytes]) -> None:
+        """Store ``values[i]`` at ``slots[i]`` (distinct slots), replacing what they
+        held, at once. Cost O(len(slots)) plus their bytes, in one join and a few numpy
+        calls; plus a compaction (O(live bytes), in place) when the dead bytes outweigh
+        the live ones: each live byte is moved O(1) times per byte written, amortised."""
+        self.merge()
+        self._write(np.asarray(slots, dtype=np.int64), values)
+
+    def clear_many(self, slots: np.ndarray) -> None:
+        """Forget what ``slots`` hold. Cost O(len(slots)), vectorised."""
+        self.merge()
+        self._write(np.asarray(slots, dtype=np.int64), [])
+
+    def merge(self) -> None:
+        """Write the single writes held since the last merge to the buffer, so that they
+        stop holding a Python object each. Cost: none without them, else that of
+        :meth:`put_many` on them."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        slots = np.fromiter(pending, np.int64, len(pending))
+        values = list(pending.values())
+        held = np.fromiter((value is not None for value in values), bool, len(values))
+        self._write(slots[~held], [])
+        self._write(slots[held], [value for value in values if value is not None])
+
+    def _write(self, slots: np.ndarray, values: Sequence[bytes]) -> None:
+        """Clear ``slots``, then store ``values`` at its first ``len(values)`` slots."""
+        if not len(slots):
+            return
+        self._start.grow_to(int(slots.max()) + 1, NONE)
+        self._length.grow_to(len(self._start))
+        start, length = self._start.data, self._length.data
+        held = slots[start[slots] != NONE]
+        self._live -= int(length[held].sum())
+        start[slots] = NONE
+        length[slots] = 0
+        if values:
+            put = slots[: len(values)]
+            lengths = np.fromiter(map(len, values), np.int64, len(values))
+            at = self._buffer.extend(np.frombuffer(b"".join(values), np.uint8))
+            start[put] = at + np.cumsum(lengths) - lengths
+            self._length.data[put] = lengths
+            self._live += int(lengths.sum())
+        if len(self._buffer) - self._live > max(self._live, _MIN_DEAD):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Move the held slots' bytes left over the dead ones, in the order they lie in
+        the buffer (so none overwrites bytes still to move), and shrink the buffer.
+        Cost O(slots log slots + live bytes), in place."""
+        start = self._start.view()
+        held = np.flatnonzero(start != NONE)
+        held = held[np.argsort(start[held], kind="stable")]
+        lengths = self._length.data[held].astype(np.int64)
+        new_start = np.cumsum(lengths) - lengths
+        buffer = self._buffer.data
+        copy_ranges(buffer, start[held], lengths, buffer, new_start)
+        start[held] = new_start
+        self._buffer.truncate(self._live)
+
+    def get(self, slot: int) -> bytes | None:
+        """The bytes at ``slot``, None if it holds none. Cost O(their length)."""
+        self.merge()
+        if slot >= len(self._start) or self._start.data[slot] == NONE:
+            return None
+        start = int(self._start.data[slot])
+        return self._buffer.data[start : start + int(self._length.data[slot])].tobytes()
+
+    def ranges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the bytes of each of ``slots`` (each must hold some) lie in
+        :attr:`buffer`: int64 ``(lo, hi)``. Cost O(len(slots)), vectorised."""
+        self.merge()
+        lo = self._start.data[slots]
+        return lo, lo + self._length.data[slots]
+
+    def gather(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bytes of each of ``slots`` (each must hold some) back to back: int64
+        ``offsets`` (``len(slots) + 1``, from 0) and the uint8 data. Cost
+        O(len(slots) + their bytes), one compiled copy."""
+        lo, hi = self.ranges(slots)
+        offsets = np.zeros(len(slots) + 1, dtype=np.int64)
+        np.cumsum(hi - lo, out=offsets[1:])
+        out = np.empty(int(offsets[-1]), dtype=np.uint8)
+        copy_ranges(self._buffer.data, lo, hi - lo, out, offsets[:-1])
+        return offsets, out
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole buffer (:meth:`ranges` says where each slot's bytes are)."""
+        self.merge()
+        return self._buffer.data
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The buffer, and each slot's start (:data:`NONE`: nothing) and length, for
+        compiled readers. Valid until the next write."""
+        self.merge()
+        return self._buffer.data, self._start.view(), self._length.view()
+
+    def check(self) -> None:
+        """Assert the invariants: every held slot's bytes lie in the used part of the
+        buffer, the free slots hold none, and the live count is their sum. O(slots)."""
+        self.merge()
+        start, length = self._start.view(), self._length.view()
+        held = start != NONE
+        assert (length[held] >= 0).all() and (length[~held] == 0).all()
+        assert (start[held] >= 0).all() and (start[held] + length[held] <= len(self._buffer)).all()
+        assert int(length.sum()) == self._live <= len(self._buffer)
+
+    def __getstate__(self) -> dict[str, object]:
+        self.merge()
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
+
+
+@numba.njit(cache=True, nogil=True)
+def copy_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                out: np.ndarray, out_starts: np.ndarray) -> None:  # fmt: skip
+    """``out[out_starts[i]:][:lengths[i]]`` = ``data[starts[i]:][:lengths[i]]`` for
+    every ``i``, byte by byte from the first: ``out`` may be ``data`` itself, its ranges
+    moved left (``out_starts[i] <= starts[i]``, the ranges in ascending order)."""
+    for i in range(starts.shape[0]):
+        lo, n, at = starts[i], lengths[i], out_starts[i]
+        for j in range(n):
+            out[at + j] = data[lo + j]
