@@ -314,6 +314,18 @@ class KafkaBroker(LocalServer):
     def log_file(self) -> Path:
         return self.data_dir / "kafka.log"
 
+    def _storage_tool(self, *args: str) -> str:
+        """Run Kafka's ``kafka.tools.StorageTool`` with ``args``; its standard output, or
+        :class:`LocalServerError` with the tool's own message if it fails."""
+        done = subprocess.run(self._java("kafka.tools.StorageTool", *args),
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        if done.returncode:
+            said = (done.stderr.strip() or done.stdout.strip())[-2000:] or "no output"
+            raise LocalServerError(
+                f"kafka.tools.StorageTool {args[0]} failed (exit {done.returncode}) for "
+                f"the broker in {self.data_dir}: {said}")
+        return done.stdout
+
     def _java(self, *args: str, heap: str | None = None) -> list[str]:
         java = shutil.which("java")
         if java is None:
@@ -390,26 +402,8 @@ class KafkaBroker(LocalServer):
             self.sasl_port = self.sasl_port or free_port()
         config = self._write_config()
         if not (self.data_dir / "data" / "meta.properties").exists():
-            cluster_id = subprocess.run(
-                self._java("kafka.tools.StorageTool", "random-uuid"),
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout.strip()
-            subprocess.run(
-                self._java(
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "--standalone",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(config),
-                ),
-                check=True,
-                capture_output=True,
-                text=True,
-            )
+            cluster_id = self._storage_tool("random-uuid").strip()
+            self._storage_tool("format", "--standalone", "-t", cluster_id, "-c", str(config))
         with (self.data_dir / "kafka.out").open("ab") as out:
             self._launch(self._java("kafka.Kafka", str(config), heap=self.heap), out)
         log.info("Kafka broker starting on %s (pid %s)", self.bootstrap_servers, self.pid)

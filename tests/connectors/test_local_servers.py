@@ -89,3 +89,13 @@ def test_redis_with_a_password_refuses_other_clients(tmp_path: Path) -> None:
         assert 'cr\\et' not in repr(server)
     finally:
         server.stop()
+
+
+def test_a_failed_storage_format_says_what_kafka_said(tmp_path: Path) -> None:
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "data").write_text("a file where the log directory goes")
+    broker = KafkaBroker(tmp_path / "kafka")
+    with pytest.raises(LocalServerError, match=r"StorageTool format failed \(exit \d+\) for the "
+                                               r"broker in .*kafka: .+"):  # fmt: skip
+        broker.start()
+    assert not broker.running
