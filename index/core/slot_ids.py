@@ -95,13 +95,6 @@ class SlotIds:
         _, start, _ = self._bytes.columns()
         return np.flatnonzero(start != NONE)
 
-    def id_at(self, slot: int) -> str:
-        """The id at ``slot`` (``KeyError`` if it holds none). Cost O(its length)."""
-        data = self._bytes.get(slot)
-        if data is None:
-            raise KeyError(slot)
-        return data.decode(*_ENCODING)
-
     def utf8(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ids at ``slots`` (each must hold one) as stored, back to back: int64
         offsets (``len(slots) + 1``, from 0) and uint8 data. Cost O(len(slots) + their

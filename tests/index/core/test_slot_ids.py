@@ -18,9 +18,7 @@ def test_ids_are_found_by_value_and_read_back_by_slot() -> None:
     assert ids.find(["", "a", "b", "é\U0001f600"]).tolist() == [5, 0, -1, 1]
     assert ids.get("a") == 0 and ids.get("A") == -1 and len(ids) == 3
     assert ids.ids_at(np.array([5, 1, 1])) == ["", "é\U0001f600", "é\U0001f600"]
-    assert ids.id_at(0) == "a" and sorted(ids) == ["", "a", "é\U0001f600"]
-    with pytest.raises(KeyError):
-        ids.id_at(2)
+    assert sorted(ids) == ["", "a", "é\U0001f600"]
     ids.clear_many(np.array([0]))
     ids.check()
     assert ids.get("a") == -1 and len(ids) == 2
