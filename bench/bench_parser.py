@@ -1,5 +1,5 @@
-"""Benchmark of subscribing: parsing expressions and validating subscription records
-(a script, not a test).
+"""Benchmark of subscribing: parsing expressions, validating subscription records and
+loading them in the workers (a script, not a test).
 
 What the driver does for each record of the subscriptions topic is
 :func:`streaming.records.parse_subscription_record`: decode the JSON value, parse and
@@ -12,6 +12,9 @@ stored form. This script measures, in CPU time per subscription on one pinned co
 - ``parse_subscription``: the same and the normal form (DNF, interval merging);
 - ``record``: ``parse_subscription_record`` on the bytes ``psmatch subscribe`` sends
   (:func:`streaming.records.subscription_value`);
+- ``load``: :func:`streaming.records.load_stored` on the stored text and normal form the
+  record became, what each worker does with every subscription it indexes from the
+  change log (:func:`index.language.load_normal_form` instead of a parse);
 
 and derives the stages (normal form = parse_subscription - parse, record overhead =
 record - parse_subscription). Two workloads: BE-Gen subscriptions (:mod:`index.begen`,
@@ -66,7 +69,7 @@ from index.begen import add_params_arguments, generate, params_from_args  # noqa
 from streaming import records as records_module  # noqa: E402
 from streaming.records import parse_subscription_record, subscription_value  # noqa: E402
 
-OPERATIONS = ("tokenize", "parse", "parse_subscription", "record")
+OPERATIONS = ("tokenize", "parse", "parse_subscription", "record", "load")
 STAGES = (
     ("parse", "parse", None),
     ("normal form", "parse_subscription", "parse"),
@@ -218,13 +221,15 @@ Operation = tuple[Callable[[Any], object], Sequence[Any]]
 
 
 def _operations(implementation: Implementation, texts: list[str],
-                records: list[tuple[bytes, bytes]]) -> dict[str, Operation]:
+                records: list[tuple[bytes, bytes]],
+                stored: list[tuple[str, str | None]]) -> dict[str, Operation]:
     parser, decoder = implementation
     return {
         "tokenize": (parser._tokenize, texts),
         "parse": (parser.parse_expression, texts),
         "parse_subscription": (parser.parse_subscription, texts),
         "record": (lambda kv: decoder.parse_subscription_record(kv[0], kv[1]), records),
+        "load": (lambda sn: decoder.load_stored(sn[0], sn[1]), stored),
     }
 
 
@@ -236,9 +241,9 @@ def run_workload(name: str, texts: list[str], repeats: int,
     of subscriptions."""
     records = records_of(texts)
     # the workload must be valid: a rejected subscription would time an error path
-    for key, value in records:
-        parse_subscription_record(key, value)
-    operations = {impl: _operations(modules, texts, records)
+    changes = [parse_subscription_record(key, value) for key, value in records]
+    stored = [(change.stored, change.normal_form) for change in changes]
+    operations = {impl: _operations(modules, texts, records, stored)
                   for impl, modules in implementations.items()}  # fmt: skip
     cpu = {impl: {op: [] for op in OPERATIONS} for impl in implementations}
     wall = {impl: {op: [] for op in OPERATIONS} for impl in implementations}
