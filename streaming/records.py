@@ -255,7 +255,7 @@ def loads_bounded(data: bytes, what: str = "the value", max_nesting: int = MAX_N
     # two C-speed counts settle it for any ordinary record: depth <= opening brackets
     deep = (data.count(b"{") + data.count(b"[") > max_nesting
             and nesting_depth(data) > max_nesting)  # fmt: skip
-    if not deep and _LONG_DIGITS.search(data) is None:
+    if not deep and _LONG_DIGITS not in data.translate(_DIGITS_AS_ZERO):
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -264,8 +264,11 @@ def loads_bounded(data: bytes, what: str = "the value", max_nesting: int = MAX_N
 
 
 # orjson turns an integer outside [-2**63, 2**64) into a float; the standard library keeps
-# it exact (and the event then refuses it): any such literal has 19 or more digits
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+# it exact (and the event then refuses it): any such literal has 19 or more digits. With
+# every digit read as 0, a run of 19 is one substring search: 1 µs for a 265-byte BE-Gen
+# event, where the regular expression [0-9]{19} took 5 (it tries a match at each digit).
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGITS = b"0" * 19
 
 
 def _loads_checked(data: bytes, what: str, max_nesting: int = MAX_NESTING) -> Any:
