@@ -1,22 +1,27 @@
-"""How much room notification records take in the broker's log, per sink codec.
+"""What notification records cost the service's writer in CPU, and how much room they
+take in the broker's log, per sink codec.
 
 A script, not a test. Starts its own Kafka broker (``connectors.local``), generates
 BE-Gen events with ``python -m index.begen``, builds the notification records the
 service would write for them (``--per-event`` matches per event, heads of distinct
 subscriptions, :mod:`streaming.records`), writes the same records to one new topic per
-codec with the service's writer (:class:`connectors.kafka.RecordSink`) and reports the
-bytes of each topic's log segments.
+codec and pass with the service's writer (:class:`connectors.kafka.RecordSink`), and
+reports for each codec the CPU time this process spent per record from the first
+``write`` to the end of ``flush`` (``time.process_time``: the Python thread and
+librdkafka's, which compress and send; the median of ``--repeats`` passes, the codecs
+taken in turn in each) and the bytes of its first topic's log segments.
 
 Usage::
 
     .venv/bin/python bench/bench_sink_compression.py [--events 2000] [--per-event 13] \\
-        [--codecs none,lz4,zstd]
+        [--codecs none,lz4,zstd] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,6 +63,7 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=2000, help="BE-Gen events")
     ap.add_argument("--per-event", type=int, default=13, help="notifications per event")
     ap.add_argument("--codecs", default="none,lz4", help="codecs to compare, comma-separated")
+    ap.add_argument("--repeats", type=int, default=3, help="passes over the codecs")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="psmatch-bench-") as work:
         subprocess.run([sys.executable, "-m", "index.begen", "--subscriptions", "1000",
@@ -69,21 +75,35 @@ def main() -> int:
     size = sum(len(key) + len(value) for key, value in records)
     print(f"{len(records):,} notification records of {len(events):,} events, {size:,} bytes "
           "of keys and values")  # fmt: skip
+    codecs = args.codecs.split(",")
+    cpu: dict[str, list[float]] = {codec: [] for codec in codecs}
     services = shared_services()
     try:
         bootstrap = services.kafka.bootstrap_servers
-        for codec in args.codecs.split(","):
-            topic = f"bench-compression-{codec}-{uuid.uuid4().hex[:8]}"
-            ensure_topics(bootstrap, {topic: {}}, partitions=2)
-            sink = RecordSink(SinkSettings(bootstrap, compression=codec))
-            sink.write(output_records(topic, records))
-            sink.flush()
-            time.sleep(2)  # the broker's appends reach the segment files
-            logged = sum(segment.stat().st_size
-                         for folder in services.kafka.data_dir.rglob(f"{topic}-*")
-                         for segment in folder.glob("*.log"))  # fmt: skip
-            print(f"{codec}: {logged:,} bytes in the broker's log ({logged / size:.1%} of the "
-                  "keys and values)")  # fmt: skip
+        for k in range(args.repeats):
+            for codec in codecs:
+                topic = f"bench-compression-{codec}-{k}-{uuid.uuid4().hex[:8]}"
+                ensure_topics(bootstrap, {topic: {}}, partitions=2)
+                sink = RecordSink(SinkSettings(bootstrap, compression=codec))
+                batch = output_records(topic, records)
+                started = time.process_time()
+                sink.write(batch)
+                sink.flush()
+                cpu[codec].append((time.process_time() - started) / len(records))
+                print(f"pass {k + 1}/{args.repeats}, {codec}: {cpu[codec][-1] * 1e6:.2f} µs of "
+                      "CPU a record", file=sys.stderr, flush=True)  # fmt: skip
+                if k:
+                    continue
+                time.sleep(2)  # the broker's appends reach the segment files
+                logged = sum(segment.stat().st_size
+                             for folder in services.kafka.data_dir.rglob(f"{topic}-*")
+                             for segment in folder.glob("*.log"))  # fmt: skip
+                print(f"{codec}: {logged:,} bytes in the broker's log ({logged / size:.1%} of the "
+                      "keys and values)")  # fmt: skip
+        for codec in codecs:
+            print(f"{codec}: {statistics.median(cpu[codec]) * 1e6:.2f} µs of CPU a record "
+                  f"(median of {args.repeats}; " + ", ".join(
+                      f"{c * 1e6:.2f}" for c in cpu[codec]) + ")")  # fmt: skip
     finally:
         release_shared_services()
     return 0

@@ -410,8 +410,9 @@ class RecordSink:
 
     Memory: librdkafka's queue is bounded (16 MiB); :meth:`write` waits for room when it
     is full. Cost per record: one Python ``bytes`` each for its key and value (sliced
-    from the Arrow buffers) and one ``produce`` call, about 2.5 µs of CPU with
-    librdkafka's threads, which compress and send (docs/bench-streaming.md).
+    from the Arrow buffers) and one ``produce`` call: 3.0-3.5 µs of CPU for a 438-byte
+    notification, librdkafka's threads (which compress and send) included, whatever the
+    codec (``bench/bench_sink_compression.py``, docs/bench-streaming.md).
     """
 
     def __init__(self, settings: SinkSettings) -> None:
