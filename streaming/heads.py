@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from index.core.slot_bytes import SlotBytes
+from index.core.slot_bytes import SlotBytes, joined
 
 MAX_VALUE_BYTES = (1 << 31) - 1
 """The most bytes of values one column of :meth:`NotificationHeads.join` holds (Arrow's
@@ -69,10 +69,8 @@ class NotificationHeads:
         subscriptions they were as large as the values themselves).
         """
         head_lo, head_hi = self._heads.ranges(slots)
-        tail_lengths = np.fromiter(map(len, tails), np.int64, len(tails))
-        tail_offsets = np.zeros(len(tails) + 1, dtype=np.int64)
-        np.cumsum(tail_lengths, out=tail_offsets[1:])
-        tail_data = np.frombuffer(b"".join(tails), dtype=np.uint8)
+        tail_data, tail_offsets = joined(tails)
+        tail_lengths = np.diff(tail_offsets)
         lengths = head_hi - head_lo + tail_lengths[events]
         ends = np.cumsum(lengths)
         columns = []

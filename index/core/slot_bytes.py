@@ -2,8 +2,8 @@
 (:mod:`index.core.slot_ids`) and the notification heads of a worker
 (:mod:`streaming.heads`) are kept without a Python object each.
 
-Owns :class:`SlotBytes` and the compiled copy of byte ranges (:func:`copy_ranges`) that
-reads and compacts it.
+Owns :class:`SlotBytes`, the joining of byte strings into one column (:func:`joined`) and
+the compiled copy of byte ranges (:func:`copy_ranges`) that reads and compacts it.
 
 A slot's bytes are appended at the end of the buffer, and two columns by slot say where
 they lie (start, -1 for none, and length). A rewritten or cleared slot leaves dead bytes
@@ -59,13 +59,18 @@ class SlotBytes:
         held, at once. Cost O(len(slots)) plus their bytes, in one join and a few numpy
         calls; plus a compaction (O(live bytes), in place) when the dead bytes outweigh
         the live ones: each live byte is moved O(1) times per byte written, amortised."""
+        self.put_joined(slots, *joined(values))
+
+    def put_joined(self, slots: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> None:
+        """:meth:`put_many` of values given back to back (:func:`joined`), for a caller
+        that joined them already."""
         self.merge()
-        self._write(np.asarray(slots, dtype=np.int64), values)
+        self._write(np.asarray(slots, dtype=np.int64), data, offsets)
 
     def clear_many(self, slots: np.ndarray) -> None:
         """Forget what ``slots`` hold. Cost O(len(slots)), vectorised."""
         self.merge()
-        self._write(np.asarray(slots, dtype=np.int64), [])
+        self._write(np.asarray(slots, dtype=np.int64), *joined([]))
 
     def merge(self) -> None:
         """Write the single writes held since the last merge to the buffer, so that they
@@ -77,11 +82,12 @@ class SlotBytes:
         slots = np.fromiter(pending, np.int64, len(pending))
         values = list(pending.values())
         held = np.fromiter((value is not None for value in values), bool, len(values))
-        self._write(slots[~held], [])
-        self._write(slots[held], [value for value in values if value is not None])
+        self._write(slots[~held], *joined([]))
+        self._write(slots[held], *joined([value for value in values if value is not None]))
 
-    def _write(self, slots: np.ndarray, values: Sequence[bytes]) -> None:
-        """Clear ``slots``, then store ``values`` at its first ``len(values)`` slots."""
+    def _write(self, slots: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> None:
+        """Clear ``slots``, then store the values joined in ``data`` (:func:`joined`) at
+        its first ``len(offsets) - 1`` slots."""
         if not len(slots):
             return
         self._start.grow_to(int(slots.max()) + 1, NONE)
@@ -91,11 +97,11 @@ class SlotBytes:
         self._live -= int(length[held].sum())
         start[slots] = NONE
         length[slots] = 0
-        if values:
-            put = slots[: len(values)]
-            lengths = np.fromiter(map(len, values), np.int64, len(values))
-            at = self._buffer.extend(np.frombuffer(b"".join(values), np.uint8))
-            start[put] = at + np.cumsum(lengths) - lengths
+        if len(offsets) > 1:
+            put = slots[: len(offsets) - 1]
+            lengths = np.diff(offsets)
+            at = self._buffer.extend(data)
+            start[put] = at + offsets[:-1]
             self._length.data[put] = lengths
             self._live += int(lengths.sum())
         if len(self._buffer) - self._live > max(self._live, _MIN_DEAD):
@@ -170,6 +176,14 @@ class SlotBytes:
     def __setstate__(self, state: dict[str, object]) -> None:
         for name, value in state.items():
             setattr(self, name, value)
+
+
+def joined(values: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` back to back as uint8 data, and their int64 offsets
+    (``len(values) + 1``, from 0). Cost O(len(values) + their bytes): one join."""
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, values), np.int64, len(values)), out=offsets[1:])
+    return np.frombuffer(b"".join(values), dtype=np.uint8), offsets
 
 
 @numba.njit(cache=True, nogil=True)

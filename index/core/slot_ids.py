@@ -18,7 +18,7 @@ import numba
 import numpy as np
 
 from index.core.columns import GrowableArray
-from index.core.slot_bytes import NONE, SlotBytes
+from index.core.slot_bytes import NONE, SlotBytes, joined
 
 _EMPTY, _DELETED = -1, -2
 """Table entries that hold no slot: never used, and used by a removed id (a probe goes
@@ -47,7 +47,7 @@ class SlotIds:
     def find(self, ids: Sequence[str]) -> np.ndarray:
         """The slot of each of ``ids``, -1 for one not held: int64. Cost O(len(ids) +
         their bytes), one compiled probe each (the table is at most half full)."""
-        data, offsets = _joined(_encode(ids))
+        data, offsets = joined(_encode(ids))
         buffer, start, length = self._bytes.columns()
         return _find(self._table, self._hash.data, buffer, start, length, data, offsets,
                      _hash_ranges(data, offsets))  # fmt: skip
@@ -61,9 +61,8 @@ class SlotIds:
         the slots free. Cost O(len(ids) + their bytes), plus a rebuild of the table
         (O(ids held)) when it is half full."""
         slots = np.asarray(slots, dtype=np.int64)
-        encoded = _encode(ids)
-        data, offsets = _joined(encoded)
-        self._bytes.put_many(slots, encoded)
+        data, offsets = joined(_encode(ids))
+        self._bytes.put_joined(slots, data, offsets)
         self._hash.grow_to(int(slots.max(initial=-1)) + 1)
         self._hash.data[slots] = _hash_ranges(data, offsets)
         self._count += len(slots)
@@ -140,13 +139,6 @@ def _encode(ids: Sequence[str]) -> list[bytes]:
         bad = next(sub_id for sub_id in ids if not isinstance(sub_id, str))
         raise TypeError(f"a subscription id is a str, not {type(bad).__name__}: {bad!r}"
                         ) from None  # fmt: skip
-
-
-def _joined(encoded: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """``encoded`` back to back, and their int64 offsets (``len(encoded) + 1``)."""
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets
 
 
 @numba.njit(cache=True, nogil=True)
