@@ -10,8 +10,9 @@ for its matches. A notification's key, the subscription id, comes from the match
 map (:meth:`index.matcher.Matcher.ids_utf8`), which holds the same bytes already.
 
 The heads live in a :class:`index.core.slot_bytes.SlotBytes`: one append-only buffer,
-compacted in place. Writes are held in a dictionary by slot and appended at the next read
-(or when a bulk load asks, after each chunk), in one vectorised pass.
+compacted in place. A bulk load writes each chunk's heads at once
+(:meth:`NotificationHeads.put_many`); a single write is held in a dictionary by slot and
+appended at the next read.
 """
 
 from __future__ import annotations
@@ -37,21 +38,22 @@ class NotificationHeads:
         """Store the head of the subscription at ``slot``. Cost O(1)."""
         self._heads.put(slot, head)
 
-    def clear(self, slot: int) -> None:
-        """Forget what ``slot`` holds (its subscription was removed). Cost O(1)."""
-        self._heads.clear(slot)
+    def put_many(self, slots: np.ndarray, heads: list[bytes]) -> None:
+        """Store ``heads[i]`` at ``slots[i]`` (distinct slots), at once: how a bulk load
+        writes a chunk's heads, no Python object held per head after it. Cost
+        O(len(slots)) and their bytes, plus an amortised compaction
+        (:meth:`index.core.slot_bytes.SlotBytes.put_many`)."""
+        self._heads.put_many(slots, heads)
+
+    def clear_many(self, slots: np.ndarray) -> None:
+        """Forget what ``slots`` hold (their subscriptions were removed). Cost
+        O(len(slots)), vectorised."""
+        self._heads.clear_many(slots)
 
     def get(self, slot: int) -> bytes | None:
-        """The head at ``slot``, None if it holds none. Cost O(1) once the writes are
-        merged (:meth:`merge`)."""
+        """The head at ``slot``, None if it holds none. Cost O(1) once the single writes
+        are appended, O(their bytes) at the first read after them."""
         return self._heads.get(slot)
-
-    def merge(self) -> None:
-        """Append the writes held since the last merge to the buffer, so that they stop
-        holding a Python object each: a bulk load calls it once per chunk. Cost: none
-        without writes; else O(writes) and their bytes, plus an amortised compaction
-        (:meth:`index.core.slot_bytes.SlotBytes.put_many`)."""
-        self._heads.merge()
 
     def check(self) -> None:
         """Assert the store's invariants (:meth:`index.core.slot_bytes.SlotBytes.check`).

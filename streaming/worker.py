@@ -221,7 +221,7 @@ class WorkerIndex:
         subscriptions are decoded one by one inside the per-record barrier (see
         :meth:`_decode`). Raises whatever ``add_many`` raised, as :meth:`apply` does.
 
-        Memory: one chunk's bulk batch and Python objects for its heads (merged into
+        Memory: one chunk's bulk batch and Python objects for its heads (written to
         the heads' columns after each chunk), not the input (a full reload streams it
         from Redis, :meth:`connectors.state.StateStore.scan`).
         """
@@ -233,10 +233,7 @@ class WorkerIndex:
             heads: dict[str, bytes] = {}
             self.matcher.add_many(self._decode(chunk, heads, left_out))
             # an id given twice: its last head
-            for slot, head in zip(self.matcher.slots_of(list(heads)).tolist(), heads.values(),
-                                  strict=True):  # fmt: skip
-                self.heads.put(slot, head)
-            self.heads.merge()
+            self.heads.put_many(self.matcher.slots_of(list(heads)), list(heads.values()))
         self.delete(left_out)
 
     @staticmethod
@@ -278,8 +275,7 @@ class WorkerIndex:
         """Remove those of ``sub_ids`` the matcher holds (an id may come twice), with
         their heads, in one bulk removal (``Matcher.remove_many``)."""
         held = [sub_id for sub_id in dict.fromkeys(sub_ids) if sub_id in self.matcher]
-        for slot in self.matcher.slots_of(held).tolist():
-            self.heads.clear(slot)
+        self.heads.clear_many(self.matcher.slots_of(held))
         self.matcher.remove_many(held)
 
     def check(self) -> None:

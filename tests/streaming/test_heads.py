@@ -28,7 +28,7 @@ def test_join_puts_each_matchs_head_before_its_events_tail() -> None:
     heads = NotificationHeads()
     for slot in range(300):
         heads.put(slot, b"{head %d," % slot * rng.randrange(1, 4))
-    heads.clear(7)  # a free slot: never matched
+    heads.clear_many(np.array([7]))  # a free slot: never matched
     tails = [bytes(rng.randrange(256) for _ in range(rng.randrange(0, 40))) for _ in range(50)]
     events = sorted(rng.randrange(50) for _ in range(2000))
     slots = [rng.choice([s for s in range(300) if s != 7]) for _ in events]

@@ -252,18 +252,18 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A reload files the subscriptions one ``add_many`` of LOAD_CHUNK at a time, and
-    merges each chunk's notification heads into their columns (so a bulk build's working
+    writes each chunk's notification heads into their columns (so a bulk build's working
     memory is a chunk's); HSCAN may give a key twice, in other chunks: the last text read
     stands."""
     monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
     merged: list[int] = []
-    merge = NotificationHeads.merge
+    put_many = NotificationHeads.put_many
 
-    def counted(self: NotificationHeads) -> None:
-        merged.append(len(self._heads._pending))
-        merge(self)
+    def counted(self: NotificationHeads, slots: Any, heads: list[bytes]) -> None:
+        merged.append(len(heads))
+        put_many(self, slots, heads)
 
-    monkeypatch.setattr(NotificationHeads, "merge", counted)
+    monkeypatch.setattr(NotificationHeads, "put_many", counted)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
     calls = Calls(monkeypatch, "psthash")
     index = worker.WorkerIndex(make_matcher("psthash"))
