@@ -42,7 +42,7 @@ from index.core.columns import GrowableArray, distinct_sorted, expand_ranges, fi
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.pstree.forest import Splits
-from index.pstree.kernels import fallback_candidates
+from index.pstree.kernels import fallback_candidates, hashed_pair_entries
 from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
@@ -231,40 +231,17 @@ class PSTHashMatcher(ForestMatcher):
 
     def _hashed_pairs(self, ev: np.ndarray, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pairs (i, j) of located entries of one event whose trees some hashed
-        conjunct is filed under: only these can have a bucket in the table.
-
-        Entry ``i`` is paired with the entries of its event on trees above its own
-        either by walking its tree's partners in the tree-pair list and finding them in
-        the event, or by walking the event's later entries and finding their pairs in
-        the list, whichever is shorter. Cost O(sum over entries of min(partners,
-        entries of the event)) plus logarithmic searches: never the C(|E|, 2) of a wide
-        event unless the index has as many tree pairs.
+        conjunct is filed under: only these can have a bucket in the table. The entries
+        are sorted by event and tree, and the compiled
+        :func:`index.pstree.kernels.hashed_pair_entries` pairs them. Cost O(entries log
+        entries) for the sort, plus the kernel's.
         """
         empty = np.empty(0, dtype=np.int64)
         if not len(self._tree_pairs) or not len(ev):
             return empty, empty
         order = np.lexsort((tree, ev))
-        key = (ev[order] << 32) | tree[order]  # sorted: by event, then tree
-        t = tree[order]
-        pairs = self._tree_pairs
-        up_start = np.searchsorted(pairs, t << 32)
-        up_count = np.searchsorted(pairs, (t + 1) << 32) - up_start
-        later = np.searchsorted(key, (ev[order] + 1) << 32) - np.arange(len(key)) - 1
-        walk = up_count <= later
-        # Through the tree's partners: look each one up among the event's entries.
-        w = np.flatnonzero(walk)
-        o, p = expand_ranges(up_start[w], up_count[w])
-        want = (ev[order][w[o]] << 32) | (pairs[p] & 0xFFFFFFFF)
-        at, hit = find_sorted(key, want)
-        owner_a, partner_a = w[o[hit]], at[hit]
-        # Through the event's later entries: look each pair up in the tree-pair list.
-        s = np.flatnonzero(~walk)
-        o, j = expand_ranges(s + 1, later[s])
-        want = (t[s[o]] << 32) | t[j]
-        _, hit = find_sorted(pairs, want)
-        owner_b, partner_b = s[o[hit]], j[hit]
-        return (order[np.concatenate([owner_a, owner_b])],
-                order[np.concatenate([partner_a, partner_b])])
+        owner, partner = hashed_pair_entries(ev[order], tree[order], self._tree_pairs)
+        return order[owner], order[partner]
 
 
 def _tree_pair(tree_a: np.ndarray, tree_b: np.ndarray) -> np.ndarray:

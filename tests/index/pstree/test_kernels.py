@@ -1,6 +1,8 @@
 """The compiled kernels of the PS-Tree matchers, against direct Python loops over the
 same columns: PSTHash's scan of its fallback lists returns, for each located entry, the
-values under its space's keys whose second tree the event has or that have none."""
+values under its space's keys whose second tree the event has or that have none; and
+its pairing of located entries returns the pairs of one event's entries whose trees are
+a known tree pair."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from hypothesis import strategies as st
 
 from index.core import multimap as multimap_module
 from index.core.multimap import MultiMap
-from index.pstree.kernels import fallback_candidates
+from index.pstree.kernels import fallback_candidates, hashed_pair_entries
 from index.pstree.psthash import NO_TREE, fallback_key
 
 TREES = 5
@@ -49,3 +51,20 @@ def test_fallback_scan_keeps_the_keys_of_trees_the_event_has(batches, located, h
                 for (s, tree), values in reference.items() if s == sid
                 and (tree == NO_TREE or has[event][tree]) for v in values]
     assert sorted(got) == sorted(expected)
+
+
+@given(st.lists(st.sets(st.integers(0, 60), max_size=40), max_size=5),
+       st.sets(st.tuples(st.integers(0, 60), st.integers(0, 60)).filter(lambda p: p[0] < p[1]),
+               max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_entry_pairs_are_the_events_tree_pairs(events, tree_pairs) -> None:
+    """Each event's entries (one per tree, sorted) are paired when their two trees are
+    a listed pair, whatever the lengths of the runs compared: events of up to 40 trees
+    against up to 300 pairs cover the merge and both searches (:data:`MERGE_RATIO`)."""
+    event = np.array([e for e, trees in enumerate(events) for _ in trees], dtype=np.int64)
+    tree = np.array([t for trees in events for t in sorted(trees)], dtype=np.int64)
+    pairs = np.array(sorted((a << 32) | b for a, b in tree_pairs), dtype=np.int64)
+    owner, partner = hashed_pair_entries(event, tree, pairs)
+    expected = [(i, j) for i in range(len(event)) for j in range(i + 1, len(event))
+                if event[i] == event[j] and (int(tree[i]), int(tree[j])) in tree_pairs]
+    assert sorted(zip(owner.tolist(), partner.tolist(), strict=True)) == expected
