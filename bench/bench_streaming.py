@@ -8,10 +8,14 @@ the Spark job in this process and measures:
    notifications/s out while draining;
 2. *latency*: events are published at a fixed rate for a while; publish → notification
    latency (p50, p99; the notification's arrival time minus the event record's Kafka
-   timestamp, sampled on every 10th notification) at the configured trigger. Only this
-   phase reads the notifications topic: in the throughput phase, as in the ceiling,
-   nothing reads the output (a consumer in this process would take CPU from the service
-   on the same cores: 1.4 s of the 12.4 s of CPU of a 20,000-event batch at 100K);
+   timestamp, sampled on every 5th notification of the topic's first partition) at the
+   configured trigger. Only this phase reads the notifications topic: in the throughput
+   phase, as in the ceiling, nothing reads the output (a consumer would take CPU from
+   the service on the same cores: 1.4 s of the 12.4 s of CPU of a 20,000-event batch at
+   100K). The phase's producer and consumer run in a process of their own
+   (:func:`latency_load`), as a service's producers and consumers do: in this one they
+   held the interpreter lock the query's driver-side Python (``foreachBatch``) waits
+   for after each call into the JVM;
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
    (the same events, published the same way, to a topic of its own) through Spark with
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
@@ -44,6 +48,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -56,6 +61,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -68,32 +74,74 @@ from streaming.config import ServiceConfig  # noqa: E402
 from streaming.job import BatchReport, build_spark, start_query, stop_query  # noqa: E402
 
 log = logging.getLogger("bench")
+SPAWN = multiprocessing.get_context("spawn")
+"""How the latency phase's load process starts: afresh, not forked from a process that
+runs a JVM's gateway and threads."""
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 @dataclass
 class Collector:
-    """Reads notifications as they arrive and records their latency."""
+    """Reads notifications as they arrive and records the latency of a sample: every
+    ``sample_every``-th record of the topic's partition 0 (notifications are spread over
+    the partitions by the hash of their subscription id, so one partition is a sample of
+    them all; reading one of the two halves the collector's CPU, which it takes from
+    the service on the same cores)."""
 
-    config: ServiceConfig
+    bootstrap_servers: str
+    topic: str
     latencies_ms: list[float] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
-    sample_every: int = 10
+    sample_every: int = 5
 
     def run(self) -> None:
-        reader = TopicReader(self.config.bootstrap_servers, self.config.notifications_topic,
-                             from_beginning=False)  # fmt: skip
+        reader = TopicReader(self.bootstrap_servers, self.topic, from_beginning=False,
+                             partitions=[0])  # fmt: skip
         try:
             while not self.stop.is_set():
-                for n, rec in enumerate(reader.poll(0.2, max_records=50_000)):
-                    if n % self.sample_every:
-                        continue  # parse a sample: the collector must keep up
+                for value in reader.sample_values(self.sample_every, 0.2, max_records=50_000):
                     now = time.time()
-                    ts = json.loads(rec.value or b"{}").get("event_timestamp")
+                    ts = json.loads(value or b"{}").get("event_timestamp")
                     if ts:
                         self.latencies_ms.append(now * 1000 - ts)
         finally:
             reader.close()
+
+
+LOAD_TICK_S = 0.005
+"""How often the latency phase's producer publishes the events due: a sleep per event
+took 0.38 of a core at 5,000 events/s, this 0.14 (2026-11-29)."""
+
+
+def latency_load(bootstrap_servers: str, events_topic: str, notifications_topic: str,
+                 events: list[str], rate: float, duration: float, settle_s: float,
+                 conn: Connection) -> None:  # fmt: skip
+    """The latency phase's load, in a process of its own: a :class:`Collector` of the
+    notifications from now on, then, ``settle_s`` later (its reader starts at the end),
+    ``rate * duration`` events published at ``rate``, those due every
+    :data:`LOAD_TICK_S`. Sends the seconds publishing took
+    on ``conn``, waits there for the word to stop, and sends the latencies and the CPU
+    seconds this process used."""
+    collector = Collector(bootstrap_servers, notifications_topic)
+    reader = threading.Thread(target=collector.run, daemon=True)
+    reader.start()
+    time.sleep(settle_s)
+    producer = JsonProducer(bootstrap_servers)
+    n = int(rate * duration)
+    sent = 0
+    t0 = time.monotonic()
+    while sent < n:  # each tick, the events due by then
+        due = min(n, int((time.monotonic() - t0) * rate) + 1)
+        for i in range(sent, due):
+            producer.send(events_topic, events[i % len(events)], key=f"l{i}", raw=True)
+        sent = due
+        time.sleep(LOAD_TICK_S)
+    producer.flush(120)
+    conn.send(time.monotonic() - t0)
+    conn.recv()
+    collector.stop.set()
+    reader.join()
+    conn.send((collector.latencies_ms, time.process_time()))
 
 
 def pct(values: list[float], q: float) -> float:
@@ -208,7 +256,6 @@ def main() -> int:
     }  # fmt: skip
     spark = build_spark(config, app_name="psmatch-bench", **{"spark.ui.enabled": "false"})
     query = start_query(config, spark, on_report=reports.append)
-    collector = Collector(config)
     try:
         producer = JsonProducer(config.bootstrap_servers)
 
@@ -278,29 +325,26 @@ def main() -> int:
                                        / results["ceiling"]["events_per_s"])  # fmt: skip
         log.info("ceiling: %s", results["ceiling"])
 
-        # 2. latency at a fixed rate, read by the collector from now on: until now
-        # nothing read the notifications, as nothing reads the ceiling's output, so that
-        # the benchmark's own consumer took no CPU from the service on the shared cores
-        threading.Thread(target=collector.run, daemon=True).start()
-        time.sleep(2 * args.trigger)  # and the collector's reader starts at the end
+        # 2. latency at a fixed rate, the notifications read from now on: until now
+        # nothing read them, as nothing reads the ceiling's output, so that the
+        # benchmark's own consumer took no CPU from the service on the shared cores
         first = len(reports)
         base = sum(r.events for r in reports)
         last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
         n = int(args.rate * args.duration)
-        t0 = time.monotonic()
-        for i in range(n):
-            due = t0 + i / args.rate
-            delay = due - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            producer.send(config.events_topic, events[i % len(events)], key=f"l{i}", raw=True)
-        producer.flush(120)
-        sent_s = time.monotonic() - t0
+        conn, child_conn = SPAWN.Pipe()
+        load = SPAWN.Process(target=latency_load, name="psmatch-bench-load", daemon=True, args=(
+            config.bootstrap_servers, config.events_topic, config.notifications_topic, events,
+            args.rate, args.duration, 2 * args.trigger, child_conn))  # fmt: skip
+        load.start()
+        sent_s = conn.recv()
         wait(lambda: sum(r.events for r in reports) - base >= n, 900, query,
              lambda: f"latency: {sum(r.events for r in reports) - base:,} of {n:,} events "
              "matched")  # fmt: skip
         time.sleep(3)
-        lat = collector.latencies_ms
+        conn.send("stop")
+        lat, load_cpu_s = conn.recv()
+        load.join()
         # the distribution, for the plot: 200 quantiles
         results["latency_quantiles_ms"] = [pct(lat, q / 200) for q in range(201)]
         produced = sum(r.notifications for r in reports[first:])
@@ -311,6 +355,7 @@ def main() -> int:
             "notifications": produced,
             "notifications_per_s": produced / sent_s,
             "latency_samples": len(lat),
+            "load_cpu_s": load_cpu_s,
             "p50_ms": pct(lat, 0.50),
             "p99_ms": pct(lat, 0.99),
             "max_ms": max(lat) if lat else float("nan"),
@@ -338,7 +383,6 @@ def main() -> int:
             log.info("churn: %s", results["churn"])
         results["matches_per_event"] = results["throughput"]["notifications"] / args.backlog
     finally:
-        collector.stop.set()
         stop_query(query)
         spark.stop()
         if services is not None:
@@ -374,9 +418,9 @@ PROCESS_KINDS = (
 
 def cpu_by_process() -> dict[str, float]:
     """CPU seconds (user + system) used so far by every process of this machine, summed
-    by kind (:data:`PROCESS_KINDS`; this process is the benchmark: its producer, its
-    latency consumer and the query's driver-side Python). The difference of two calls is
-    what each kind used in between (Linux ``/proc``)."""
+    by kind (:data:`PROCESS_KINDS`; this process and its other children are the
+    benchmark: its producers, its latency consumer and the query's driver-side Python).
+    The difference of two calls is what each kind used in between (Linux ``/proc``)."""
     ticks = os.sysconf("SC_CLK_TCK")
     used: dict[str, float] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -388,11 +432,11 @@ def cpu_by_process() -> dict[str, float]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         seconds = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-        if int(pid) == os.getpid():
-            kind = "this benchmark (producer, driver-side Python)"
-        else:
-            kind = next((name for name, marks in PROCESS_KINDS
-                         if any(mark in cmdline for mark in marks)), "other processes")  # fmt: skip
+        kind = next((name for name, marks in PROCESS_KINDS
+                     if any(mark in cmdline for mark in marks)), None)  # fmt: skip
+        if kind is None:
+            mine = os.getpid() in (int(pid), int(fields[1]))  # fields[1]: the parent's pid
+            kind = "this benchmark (producer, driver-side Python)" if mine else "other processes"
         used[kind] = used.get(kind, 0.0) + seconds
     return used
 
@@ -565,6 +609,8 @@ up) | {r["subscribe_s"]:.1f} s |
 | latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
 | publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
+| latency phase: CPU of the load process (its producer and its consumer) | \
+{lat["load_cpu_s"]:.1f} s |
 {_churn_row(r)}| Python worker peak resident memory (the most of any worker) | \
 {r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
 | index estimated bytes (`Matcher.stats()`, one worker's) | {r["index_bytes"] / 2**20:,.0f} MiB |

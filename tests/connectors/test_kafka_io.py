@@ -9,6 +9,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -75,20 +76,52 @@ def test_json_producer_is_read_by_kafka_python(services: LocalServices) -> None:
     ]
 
 
-def test_topic_reader_reads_kafka_python_records(services: LocalServices) -> None:
-    bootstrap = services.kafka.bootstrap_servers
+def _kafka_python_topic(bootstrap: str, partitions: int,
+                        records: list[dict[str, Any]]) -> str:  # fmt: skip
+    """A new topic of ``partitions`` holding ``records`` (``KafkaProducer.send``'s
+    arguments), written by kafka-python."""
     topic = next(iter(_topics()))
-    ensure_topics(bootstrap, {topic: {}}, partitions=2)
+    ensure_topics(bootstrap, {topic: {}}, partitions=partitions)
     producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for i in range(20):
-        producer.send(topic, key=f"k{i}".encode(), value=json.dumps({"i": i}).encode())
+    for record in records:
+        producer.send(topic, **record)
     producer.flush()
     producer.close()
+    return topic
+
+
+def test_topic_reader_reads_kafka_python_records(services: LocalServices) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    topic = _kafka_python_topic(bootstrap, 2, [
+        {"key": f"k{i}".encode(), "value": json.dumps({"i": i}).encode()} for i in range(20)])
     with TopicReader(bootstrap, topic) as reader:
         records = reader.read_to_end(timeout=30)
     assert sorted(r.json()["i"] for r in records) == list(range(20))
     assert {r.partition for r in records} <= {0, 1}
     assert all(r.timestamp_ms > 0 for r in records)
+
+
+def test_topic_reader_samples_every_nth_value(services: LocalServices) -> None:
+    """``sample_values`` hands over the values of records 0, n, 2n .. of what it takes
+    (here all 50 records of one partition, taken in one call that waits 5 s for them),
+    and notes the end as ``poll`` does."""
+    bootstrap = services.kafka.bootstrap_servers
+    topic = _kafka_python_topic(bootstrap, 1, [{"value": b"%d" % i} for i in range(50)])
+    with TopicReader(bootstrap, topic) as reader:
+        sampled = [int(value) for value in reader.sample_values(3, timeout=5.0)]
+        assert reader.at_end
+    assert sampled == list(range(0, 50, 3))
+
+
+def test_topic_reader_reads_the_partitions_it_is_given(services: LocalServices) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    topic = _kafka_python_topic(bootstrap, 2,
+                                [{"value": b"%d" % i, "partition": i % 2} for i in range(10)])
+    with TopicReader(bootstrap, topic, partitions=[1]) as reader:
+        records = reader.read_to_end(timeout=30)
+    assert sorted(int(r.value or b"") for r in records) == [1, 3, 5, 7, 9]
+    with pytest.raises(KafkaServiceError, match=r"has no partition \[2\]"):
+        TopicReader(bootstrap, topic, partitions=[0, 2])
 
 
 def _two_topics(bootstrap: str, partitions: int,
