@@ -4,7 +4,8 @@ PSTHash's pairing of an event's located entries and scan of its fallback lists.
 Owns :func:`verify_candidates`, the loop :meth:`index.pstree.store.ConjunctStore.verify`
 runs over a chunk's (event, conjunct) candidates, and the layout of the per-row table it
 reads (:data:`ROW_TREE` ..); :func:`hashed_pair_entries`, the pairs of entries
-:meth:`index.pstree.psthash.PSTHashMatcher._candidates` looks up in its hash table; and
+:meth:`index.pstree.psthash.PSTHashMatcher._candidates` looks up in its hash table, by
+their key (:func:`space_pair_key`, the layout of the table's keys); and
 :func:`fallback_candidates`, the range scan of the same method over its fallback lists. The
 kernels are compiled to machine code by numba (``nopython`` mode) on their first call,
 and the machine code is cached on disk (``cache=True``: in ``__pycache__`` beside this
@@ -179,12 +180,13 @@ def fallback_candidates(first: np.ndarray, end: np.ndarray, keys: np.ndarray,
 
 
 @numba.njit(cache=True, nogil=True)
-def hashed_pair_entries(event: np.ndarray, tree: np.ndarray,
+def hashed_pair_entries(event: np.ndarray, tree: np.ndarray, sid: np.ndarray,
                         tree_pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """PSTHash's pairs of located entries that can have a bucket: the ``(i, j)``, ``i <
-    j``, of one event whose trees ``tree[i] < tree[j]`` are a pair of ``tree_pairs``
-    (sorted keys ``low << 32 | high``). The entries are sorted by event, then tree (an
-    event has one entry per tree).
+    """PSTHash's pairs of located entries that can have a bucket: for each ``(i, j)``,
+    ``i < j``, of one event whose trees ``tree[i] < tree[j]`` are a pair of
+    ``tree_pairs`` (sorted keys ``low << 32 | high``), ``i`` and the bucket's key, the
+    :func:`space_pair_key` of their spaces ``sid[i]`` and ``sid[j]``. The entries are
+    sorted by event, then tree (an event has one entry per tree).
 
     Entry ``i``'s partners (its tree's pairs) and the event's later entries are two runs
     sorted by tree: merged when their lengths are within :data:`MERGE_RATIO`, else each
@@ -210,7 +212,7 @@ def hashed_pair_entries(event: np.ndarray, tree: np.ndarray,
         up_end[i] = np.searchsorted(tree_pairs, (tree[i] + 1) << 32)
         bound += min(up_end[i] - up_start[i], end - i - 1)
     owner = np.empty(bound, dtype=np.int64)
-    partner = np.empty(bound, dtype=np.int64)
+    keys = np.empty(bound, dtype=np.int64)
     k = 0
     for i in range(n):
         first, last = up_start[i], up_end[i]
@@ -227,7 +229,7 @@ def hashed_pair_entries(event: np.ndarray, tree: np.ndarray,
                     j += 1
                 else:
                     owner[k] = i
-                    partner[k] = j
+                    keys[k] = space_pair_key(sid[i], sid[j])
                     k += 1
                     p += 1
                     j += 1
@@ -237,7 +239,7 @@ def hashed_pair_entries(event: np.ndarray, tree: np.ndarray,
                 at = lo + np.searchsorted(tree[lo:hi], high)
                 if at < hi and tree[at] == high:
                     owner[k] = i
-                    partner[k] = at
+                    keys[k] = space_pair_key(sid[i], sid[at])
                     k += 1
         else:  # search each later entry's pair among the tree's pairs
             low = tree[i] << 32
@@ -246,6 +248,24 @@ def hashed_pair_entries(event: np.ndarray, tree: np.ndarray,
                 at = first + np.searchsorted(tree_pairs[first:last], want)
                 if at < last and tree_pairs[at] == want:
                     owner[k] = i
-                    partner[k] = j
+                    keys[k] = space_pair_key(sid[i], sid[j])
                     k += 1
-    return owner[:k], partner[:k]
+    return owner[:k], keys[:k]
+
+
+@numba.njit(cache=True, nogil=True)
+def space_pair_key(sid_a: int, sid_b: int) -> int:
+    """PSTHash's posting key of the 2-dim predicate space of spaces ``sid_a`` and
+    ``sid_b``, order-free: the smaller id in the low half, the larger plus one in the
+    high half, so that a pair key is never equal to a single-space key."""
+    low, high = np.int64(min(sid_a, sid_b)), np.int64(max(sid_a, sid_b))
+    return ((high + 1) << 32) | low
+
+
+@numba.njit(cache=True, nogil=True)
+def space_pair_keys(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
+    """:func:`space_pair_key` of each ``(sid_a[i], sid_b[i])``: int64. O(n)."""
+    keys = np.empty(len(sid_a), dtype=np.int64)
+    for i in range(len(sid_a)):
+        keys[i] = space_pair_key(sid_a[i], sid_b[i])
+    return keys

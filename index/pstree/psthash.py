@@ -42,7 +42,11 @@ from index.core.columns import GrowableArray, distinct_sorted, expand_ranges, fi
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.pstree.forest import Splits
-from index.pstree.kernels import fallback_candidates, hashed_pair_entries
+from index.pstree.kernels import (
+    fallback_candidates,
+    hashed_pair_entries,
+    space_pair_keys,
+)
 from index.pstree.matcher import ForestBatch, ForestMatcher
 from index.pstree.store import InsertedConjuncts
 
@@ -213,8 +217,8 @@ class PSTHashMatcher(ForestMatcher):
         assert isinstance(batch, ForestBatch)
         located, positions = batch.chunk(first, last)
         ev, sids = located.event, located.sid
-        owner, partner = self._hashed_pairs(ev, located.tree)
-        query, hashed_cids = self.table.lookup(pair_key(sids[owner], sids[partner]))
+        pair_events, keys = self._hashed_pairs(ev, located.tree, sids)
+        query, hashed_cids = self.table.lookup(keys)
         # A key's conjunct needs its second tree: the kernel reads the chunk's dense
         # position matrix (cache-resident), not the conjunct's rows (a cache miss each).
         pair, fallback_cids = (np.concatenate(column) for column in zip(
@@ -223,25 +227,27 @@ class PSTHashMatcher(ForestMatcher):
         side_pair, side_cids = self.side.lookup(located.tree)
         checked = np.repeat(np.array([2, 1, 0], dtype=np.int32),
                             [len(query), len(pair), len(side_pair)])
-        return Candidates(np.concatenate([ev[owner[query]], ev[pair], ev[side_pair]]),
+        return Candidates(np.concatenate([pair_events[query], ev[pair], ev[side_pair]]),
                           np.concatenate([hashed_cids, fallback_cids, side_cids]
                                          ).astype(np.int64),
-                          len(ev) + len(owner) + len(query) + len(pair) + len(side_pair),
+                          len(ev) + len(keys) + len(query) + len(pair) + len(side_pair),
                           checked)
 
-    def _hashed_pairs(self, ev: np.ndarray, tree: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pairs (i, j) of located entries of one event whose trees some hashed
-        conjunct is filed under: only these can have a bucket in the table. The entries
-        are sorted by event and tree, and the compiled
-        :func:`index.pstree.kernels.hashed_pair_entries` pairs them. Cost O(entries log
-        entries) for the sort, plus the kernel's.
+    def _hashed_pairs(self, ev: np.ndarray, tree: np.ndarray,
+                      sid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The pairs of located entries of one event whose trees some hashed conjunct is
+        filed under (only these can have a bucket in the table), as their event and
+        their bucket's key (:func:`pair_key` of their spaces). The entries are sorted by
+        event and tree, and the compiled :func:`index.pstree.kernels.hashed_pair_entries`
+        pairs them. Cost O(entries log entries) for the sort, plus the kernel's.
         """
         empty = np.empty(0, dtype=np.int64)
         if not len(self._tree_pairs) or not len(ev):
             return empty, empty
         order = np.lexsort((tree, ev))
-        owner, partner = hashed_pair_entries(ev[order], tree[order], self._tree_pairs)
-        return order[owner], order[partner]
+        ev = ev[order]
+        owner, keys = hashed_pair_entries(ev, tree[order], sid[order], self._tree_pairs)
+        return ev[owner], keys
 
 
 def _tree_pair(tree_a: np.ndarray, tree_b: np.ndarray) -> np.ndarray:
@@ -251,14 +257,9 @@ def _tree_pair(tree_a: np.ndarray, tree_b: np.ndarray) -> np.ndarray:
 
 
 def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
-    """Posting key of a 2-dim predicate space: the two space ids, order-free.
-
-    The larger id is stored plus one in the high half so that a pair key is never
-    equal to a single-space key.
-    """
-    low = np.minimum(sid_a, sid_b).astype(np.int64)
-    high = np.maximum(sid_a, sid_b).astype(np.int64)
-    return ((high + 1) << 32) | low
+    """Posting key of each 2-dim predicate space ``(sid_a[i], sid_b[i])``, order-free
+    (:func:`index.pstree.kernels.space_pair_key`, the key's layout): int64."""
+    return space_pair_keys(np.asarray(sid_a, dtype=np.int64), np.asarray(sid_b, dtype=np.int64))
 
 
 def fallback_key(sid: np.ndarray, second_tree: np.ndarray) -> np.ndarray:

@@ -20,9 +20,9 @@ def _pairs(matcher, event: dict) -> int:
     """Pairs of located entries PSTHash generates for one event."""
     batch = matcher._begin([event])
     located, _ = batch.chunk(0, 1)
-    owner, partner = matcher._hashed_pairs(located.event, located.tree)
-    assert (located.event[owner] == located.event[partner]).all()
-    return len(owner)
+    events, keys = matcher._hashed_pairs(located.event, located.tree, located.sid)
+    assert (events == 0).all() and len(np.unique(keys)) == len(keys)
+    return len(keys)
 
 
 def test_only_entries_whose_trees_are_joined_are_paired() -> None:
