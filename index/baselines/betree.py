@@ -208,7 +208,7 @@ class BETreeMatcher(ForestMatcher):
         hulls = {}
         rows = np.arange(start, start + int(store.pred_count.data[cid]))
         for tree, lo, lo_closed, hi, hi_closed in zip(
-                store.pred_tree.data[rows].tolist(), *(end.tolist() for end in store.hull(rows)),
+                store.pred_tree[rows].tolist(), *(end.tolist() for end in store.hull(rows)),
                 strict=True):  # fmt: skip
             values = forest.trees[tree].values
             hulls[tree] = (LOWEST if lo < 0 else (1, values[rank[lo]], 0 if lo_closed else 2),
@@ -218,7 +218,7 @@ class BETreeMatcher(ForestMatcher):
     def _trees(self, cid: int) -> list[int]:
         """The attribute trees of the conjunct's predicates. O(predicates)."""
         start = int(self.store.pred_start.data[cid])
-        return self.store.pred_tree.data[start : start + int(self.store.pred_count.data[cid])
+        return self.store.pred_tree[start : start + int(self.store.pred_count.data[cid])
                                          ].tolist()
 
     def _hull_rows(self, cids: np.ndarray) -> HullRows:
@@ -227,7 +227,7 @@ class BETreeMatcher(ForestMatcher):
         store, rank = self.store, self.forest.bound_rank
         count = store.pred_count.data[cids].astype(np.int64)
         owner, rows = expand_ranges(store.pred_start.data[cids], count)
-        tree = store.pred_tree.data[rows].astype(np.int64)
+        tree = store.pred_tree[rows].astype(np.int64)
         lo_bid, lo_closed, hi_bid, hi_closed = store.hull(rows)
         lo_rank = 2 * rank[np.maximum(lo_bid, 0)].astype(np.int64)
         hi_rank = 2 * rank[np.maximum(hi_bid, 0)].astype(np.int64)

@@ -207,7 +207,7 @@ class OpIndexMatcher(ForestMatcher):
         store, cids = self.store, inserted.cids
         self._grow_tree_columns()
         owner, pids = expand_ranges(store.pred_start.data[cids], store.pred_count.data[cids])
-        trees = store.pred_tree.data[pids].astype(np.int64)
+        trees = store.pred_tree[pids].astype(np.int64)
         np.add.at(self.attribute_use, trees, 1)
         # Pivot: the predicate tree with the fewest past events, then the fewest conjuncts.
         frequency = np.array([t.total_events for t in self.forest.trees], dtype=np.int64)
@@ -225,7 +225,7 @@ class OpIndexMatcher(ForestMatcher):
         # Entries, one row of the directory per (pivot, predicate attribute).
         rows = self._rows_of((pivots[owner] << 32) | trees)
         iv_owner, iids = expand_ranges(store.pred_iv_start.data[pids],
-                                       store.pred_iv_count.data[pids])
+                                       store.pred_iv_count[pids])
         lo = store.iv_lo_bid.data[iids]
         hi = store.iv_hi_bid.data[iids]
         point = (lo >= 0) & (lo == hi)
@@ -233,7 +233,7 @@ class OpIndexMatcher(ForestMatcher):
         le = ~point & (hi >= 0)
         unbounded = (~point & (lo < 0)).astype(np.int64) + (~point & (hi < 0))
         n_preds = len(pids)
-        need = (store.pred_iv_count.data[pids] + 1
+        need = (store.pred_iv_count[pids] + 1
                 - np.bincount(iv_owner, weights=point + unbounded, minlength=n_preds)
                 ).astype(np.int64)
         presence = np.flatnonzero(need == 0)  # no bounded end: the value must be present
@@ -284,7 +284,7 @@ class OpIndexMatcher(ForestMatcher):
         the purge (dead conjuncts are dropped when counted)."""
         store = self.store
         _, pids = expand_ranges(store.pred_start.data[cids], store.pred_count.data[cids])
-        np.subtract.at(self.attribute_use, store.pred_tree.data[pids], 1)
+        np.subtract.at(self.attribute_use, store.pred_tree[pids], 1)
 
     def _purge(self) -> None:
         """Rebuild lists, signatures and counter slots without the removed conjuncts.

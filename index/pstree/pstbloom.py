@@ -87,7 +87,7 @@ class PSTBloomMatcher(ForestMatcher):
         side = inserted.near_full(0)
         cids, sids = inserted.covered(0, ~side)
         self.lists.add(sids, cids.astype(np.int32))
-        self.side.add(self.store.pred_tree.data[self.store.pred_start.data[
+        self.side.add(self.store.pred_tree[self.store.pred_start.data[
             inserted.cids[side]]].astype(np.int64), inserted.cids[side].astype(np.int32))
         self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
@@ -187,8 +187,8 @@ class PSTBloomMatcher(ForestMatcher):
         owner, pids = expand_ranges(start + 1,
                                     np.maximum(store.pred_count.data[cids].astype(np.int64) - 1, 0))
         iv_owner, iids = expand_ranges(store.pred_iv_start.data[pids],
-                                       store.pred_iv_count.data[pids])
-        trees = store.pred_tree.data[pids][iv_owner]
+                                       store.pred_iv_count[pids])
+        trees = store.pred_tree[pids][iv_owner]
         lo, hi = store._positions(store.iv_lo_bid.data[iids], store.iv_lo_closed.data[iids],
                                   store.iv_hi_bid.data[iids], store.iv_hi_closed.data[iids])
         cover = np.maximum(np.minimum(hi, sizes[trees] - 1) - lo + 1, 0)
@@ -258,7 +258,7 @@ class PSTBloomMatcher(ForestMatcher):
             idx = np.flatnonzero(active & (((masks >> np.uint64(k)) & np.uint64(1)) != 0))
             if len(idx):
                 pid = store.pred_start.data[cids[idx]] + k
-                sids = sid_matrix[ev[idx], store.pred_tree.data[pid]]
+                sids = sid_matrix[ev[idx], store.pred_tree[pid]]
                 ok = np.zeros(len(idx), dtype=bool)
                 present = np.flatnonzero(sids >= 0)
                 ok[present] = self._signature_test(sids[present], cids[idx][present])

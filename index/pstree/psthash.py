@@ -82,7 +82,7 @@ class PSTHashMatcher(ForestMatcher):
         self._on_splits(inserted.splits)
         cids, store = inserted.cids, self.store
         side = inserted.near_full(0)
-        self.side.add(store.pred_tree.data[store.pred_start.data[cids[side]]].astype(np.int64),
+        self.side.add(store.pred_tree[store.pred_start.data[cids[side]]].astype(np.int64),
                       cids[side].astype(np.int32))
         # Counted first, so that only the hashed conjuncts' second spaces are listed (at
         # most MAX_KEYS each): listing every conjunct's, wide ranges bound for the
@@ -94,7 +94,7 @@ class PSTHashMatcher(ForestMatcher):
         first_cid, first_sid = inserted.covered(0, ~side)
         second_cid, second_sid = inserted.covered(1, hashed)
         start = store.pred_start.data[cids[hashed]]
-        self._add_tree_pairs(store.pred_tree.data[start], store.pred_tree.data[start + 1])
+        self._add_tree_pairs(store.pred_tree[start], store.pred_tree[start + 1])
         h = np.flatnonzero(hashed)
         n_second_h = n_second[h]
         # covered() lists each conjunct's spaces in one run, the conjuncts in cids' order.
@@ -115,7 +115,7 @@ class PSTHashMatcher(ForestMatcher):
         """Tree of each conjunct's second access predicate, :data:`NO_TREE` without."""
         store = self.store
         start = store.pred_start.data[cids]
-        second = store.pred_tree.data[np.minimum(start + 1, len(store.pred_tree) - 1)]
+        second = store.pred_tree[np.minimum(start + 1, len(store.rows) - 1)]
         return np.where(store.pred_count.data[cids] > 1, second.astype(np.int64), NO_TREE)
 
     def _add_tree_pairs(self, tree_a: np.ndarray, tree_b: np.ndarray) -> None:
@@ -144,8 +144,8 @@ class PSTHashMatcher(ForestMatcher):
         live = np.flatnonzero(self.registry.alive.view() & self.hashed.view())
         start = self.store.pred_start.data[live]
         self._tree_pairs = np.empty(0, dtype=np.int64)
-        self._add_tree_pairs(self.store.pred_tree.data[start],
-                             self.store.pred_tree.data[start + 1])
+        self._add_tree_pairs(self.store.pred_tree[start],
+                             self.store.pred_tree[start + 1])
         super()._purge()
 
     def _on_splits(self, splits: Splits) -> None:
@@ -166,7 +166,7 @@ class PSTHashMatcher(ForestMatcher):
         for s, cid in sorted(set(pairs)):
             new = new_sids[s]
             first = store.predicate_row(cid, 0)
-            k_other = 1 if store.pred_tree.data[first] == splits.tree[s] else 0
+            k_other = 1 if store.pred_tree[first] == splits.tree[s] else 0
             other = store.covered_sids(store.predicate_row(cid, k_other))
             keys = pair_key(np.repeat(new, len(other)), np.tile(other, len(new)))
             self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
@@ -198,7 +198,7 @@ class PSTHashMatcher(ForestMatcher):
         assert not self.hashed.data[cids].any(), "a hashed conjunct on the fallback lists"
         assert ((keys & _LOW) == self._second_tree(cids)).all(), "a wrong second tree"
         sid = keys >> 32
-        first_tree = store.pred_tree.data[store.pred_start.data[cids]]
+        first_tree = store.pred_tree[store.pred_start.data[cids]]
         assert (self.forest.spaces.tree[sid] == first_tree).all(), "a space of another tree"
         filed = self.registry.alive.view() & ~self.hashed.view()
         filed[self.side.entries()[1]] = False  # on a side list instead

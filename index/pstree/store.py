@@ -31,10 +31,16 @@ NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
 out, is *near-full* (:func:`near_full`)."""
 ROW_BLOCK = 1 << 20
-"""Rows :meth:`ConjunctStore.row_table` computes, and :meth:`ConjunctStore.compact`
-moves, at once: their temporaries, a few int64 columns, are a block's (the whole table's
-were about 190 MiB at 5M rows, above the 76 MiB table, at the first match after a bulk
-load of 1M BE-Gen subscriptions)."""
+"""Rows :meth:`ConjunctStore.row_table` computes hulls for, and
+:meth:`ConjunctStore.compact` moves, at once: their temporaries, a few int64 columns,
+are a block's (the whole table's were about 190 MiB at 5M rows, above the 76 MiB table,
+at the first match after a bulk load of 1M BE-Gen subscriptions)."""
+ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi", "intervals"], "formats": [np.int32] * 4,
+                      "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI, 4 * ROW_INTERVALS]})
+"""A predicate row of :attr:`ConjunctStore.rows`: its tree, the first and last space
+position of its hull and its number of intervals, each field at the column of the
+verification kernel's ``[rows, 4]`` table (:data:`index.pstree.kernels.ROW_TREE` ..),
+so that the rows are that table as they are."""
 
 
 _PREDICATES = attrgetter("predicates")
@@ -99,9 +105,12 @@ class ConjunctStore:
     """Predicates as rows in access order, per conjunct id of the registry.
 
     Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows) and
-    ``tree_mask`` (the trees its predicates are on, see :func:`tree_masks`). Columns
-    per predicate row: ``pred_tree`` and ``iv_start``/``iv_count`` (its intervals); the
-    hull of its intervals is read from them (:meth:`hull`). Columns per interval:
+    ``tree_mask`` (the trees its predicates are on, see :func:`tree_masks`). Per
+    predicate row: :attr:`rows` (:data:`ROW_DTYPE`: its tree, :attr:`pred_tree`, its
+    number of intervals, :attr:`pred_iv_count`, and the space positions of its hull,
+    kept for the verification kernel, :meth:`row_table`) and ``pred_iv_start`` (its
+    first interval); the hull of its intervals is read from them (:meth:`hull`).
+    Columns per interval:
     ``lo_bid``, ``lo_closed``, ``hi_bid``, ``hi_closed`` (bound id -1 is unbounded).
     Conjuncts with ``like`` suffix/contains patterns, which rows cannot hold, are
     residual in the registry.
@@ -113,18 +122,28 @@ class ConjunctStore:
         self.pred_start = GrowableArray(np.int32)
         self.pred_count = GrowableArray(np.int32)
         self.tree_mask = GrowableArray(np.uint64)
-        self.pred_tree = GrowableArray(np.int32)
+        self.rows = GrowableArray(ROW_DTYPE)
         self.pred_iv_start = GrowableArray(np.int32)
-        self.pred_iv_count = GrowableArray(np.int32)
         self.iv_lo_bid = GrowableArray(np.int32)
         self.iv_lo_closed = GrowableArray(np.bool_)
         self.iv_hi_bid = GrowableArray(np.int32)
         self.iv_hi_closed = GrowableArray(np.bool_)
         self.dead_rows = 0
-        # The verification kernel's table of predicate rows (tree, hull positions,
-        # intervals; index.pstree.kernels.ROW_TREE ..), valid for one forest version.
-        self._rows = np.empty((0, 4), dtype=np.int32)
-        self._rows_version = -1
+        # The rows whose hull positions are those of the forest at this version.
+        self._hulls_done = 0
+        self._hulls_version = -1
+
+    @property
+    def pred_tree(self) -> np.ndarray:
+        """The tree of each predicate row (a view of :attr:`rows`, valid below
+        ``len(rows)``)."""
+        return self.rows.data["tree"]
+
+    @property
+    def pred_iv_count(self) -> np.ndarray:
+        """The number of intervals of each predicate row (a view of :attr:`rows`, valid
+        below ``len(rows)``)."""
+        return self.rows.data["intervals"]
 
     # -- insertion and removal ------------------------------------------------------
 
@@ -179,11 +198,13 @@ class ConjunctStore:
         # Rows are written in access order: predicates, then their intervals.
         _, iv_order = expand_ranges(iv_first[order], pred_niv[order])
         iv_base = len(self.iv_lo_bid)
-        pred_base = len(self.pred_tree)
+        pred_base = len(self.rows)
         ordered_niv = pred_niv[order]
-        self.pred_tree.extend(pred_tree[order])
+        rows = np.zeros(n_preds, dtype=ROW_DTYPE)  # hulls: at the next row_table()
+        rows["tree"], rows["intervals"] = pred_tree[order], ordered_niv
+        self.rows.extend(rows)
+        del rows
         self.pred_iv_start.extend(iv_base + np.cumsum(ordered_niv) - ordered_niv)
-        self.pred_iv_count.extend(ordered_niv)
         self.iv_lo_bid.extend(lo_bid[iv_order])
         self.iv_lo_closed.extend(lo_closed[iv_order])
         self.iv_hi_bid.extend(hi_bid[iv_order])
@@ -297,9 +318,8 @@ class ConjunctStore:
         if smaller), plus O(m) per tree that loses bounds, plus the forest's layout
         (O(spaces)) if spaces split or merged since it was last made."""
         _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
-        iv_pred, iids = expand_ranges(self.pred_iv_start.data[pids],
-                                      self.pred_iv_count.data[pids])
-        iv_tree = self.pred_tree.data[pids[iv_pred]].astype(np.int64)
+        iv_pred, iids = expand_ranges(self.pred_iv_start.data[pids], self.pred_iv_count[pids])
+        iv_tree = self.pred_tree[pids[iv_pred]].astype(np.int64)
         lo_bid, hi_bid = self.iv_lo_bid.data[iids], self.iv_hi_bid.data[iids]
         base, sizes, layout = self.forest.space_layout()
         lo, hi = self._positions(lo_bid, self.iv_lo_closed.data[iids], hi_bid,
@@ -311,9 +331,9 @@ class ConjunctStore:
 
     @property
     def _columns(self) -> tuple[GrowableArray, ...]:
-        return (self.pred_start, self.pred_count, self.tree_mask, self.pred_tree,
-                self.pred_iv_start, self.pred_iv_count, self.iv_lo_bid, self.iv_lo_closed,
-                self.iv_hi_bid, self.iv_hi_closed)
+        return (self.pred_start, self.pred_count, self.tree_mask, self.rows,
+                self.pred_iv_start, self.iv_lo_bid, self.iv_lo_closed, self.iv_hi_bid,
+                self.iv_hi_closed)
 
     def compact(self) -> None:
         """Drop the rows of removed conjuncts. Called at each purge, which the registry
@@ -342,12 +362,12 @@ class ConjunctStore:
         for column in self._interval_columns:
             column.truncate(iv_to)
         self.dead_rows = 0
-        self._rows_version = -1
+        self._hulls_version = -1
 
     @property
     def _predicate_columns(self) -> tuple[GrowableArray, ...]:
         """The per-predicate-row columns a compaction moves as they are."""
-        return self.pred_tree, self.pred_iv_count
+        return (self.rows,)
 
     @property
     def _interval_columns(self) -> tuple[GrowableArray, ...]:
@@ -360,7 +380,7 @@ class ConjunctStore:
         counts = self.pred_count.view()[cids].astype(np.int64)
         _, pids = expand_ranges(self.pred_start.view()[cids], counts)
         self.pred_start.data[cids] = pred_to + np.cumsum(counts) - counts
-        iv_counts = self.pred_iv_count.view()[pids].astype(np.int64)
+        iv_counts = self.pred_iv_count[pids].astype(np.int64)
         _, iids = expand_ranges(self.pred_iv_start.view()[pids], iv_counts)
         moved = slice(pred_to, pred_to + len(pids))
         self.pred_iv_start.data[moved] = iv_to + np.cumsum(iv_counts) - iv_counts
@@ -379,7 +399,7 @@ class ConjunctStore:
         interval columns: not stored apart, which cost 10 bytes a row (60 MiB at 1M
         BE-Gen subscriptions, with the columns' spare capacity)."""
         first = self.pred_iv_start.data[rows]
-        last = first + self.pred_iv_count.data[rows] - 1
+        last = first + self.pred_iv_count[rows] - 1
         return (self.iv_lo_bid.data[first], self.iv_lo_closed.data[first],
                 self.iv_hi_bid.data[last], self.iv_hi_closed.data[last])
 
@@ -390,10 +410,10 @@ class ConjunctStore:
     def covered_sids(self, pid: int) -> np.ndarray:
         """Space ids a predicate row covers, in position order. O(spaces covered)."""
         forest = self.forest
-        tree = forest.trees[int(self.pred_tree.data[pid])]
+        tree = forest.trees[int(self.pred_tree[pid])]
         first = int(self.pred_iv_start.data[pid])
         parts = []
-        for iid in range(first, first + int(self.pred_iv_count.data[pid])):
+        for iid in range(first, first + int(self.pred_iv_count[pid])):
             lo, hi = forest.covered_positions(
                 tree, int(self.iv_lo_bid.data[iid]), bool(self.iv_lo_closed.data[iid]),
                 int(self.iv_hi_bid.data[iid]), bool(self.iv_hi_closed.data[iid]))
@@ -411,30 +431,23 @@ class ConjunctStore:
 
     def row_table(self) -> np.ndarray:
         """The ``[rows, 4]`` int32 table :func:`index.pstree.kernels.verify_candidates`
-        reads: per predicate row, its tree, the first and last space position of its
-        hull and its number of intervals, side by side so that one cache miss reads them.
+        reads: :attr:`rows` as columns (no copy), per predicate row its tree, the first
+        and last space position of its hull and its number of intervals, side by side
+        so that one cache miss reads them.
 
-        Cached: recomputed (O(rows), vectorised, :data:`ROW_BLOCK` rows at a time) only
-        after spaces split or merge or rows are compacted, extended for rows added since.
-        16 bytes per row; a recomputation drops the old table first.
+        The hull positions depend on the trees' bounds: computed in place (O(rows),
+        vectorised, :data:`ROW_BLOCK` rows at a time) for the rows added since the last
+        call, or for every row after spaces split or merge or rows are compacted.
         """
-        n = len(self.pred_tree)
-        done = 0 if self._rows_version != self.forest.version else len(self._rows)
-        if done < n:
-            if not done:
-                self._rows = np.empty((0, 4), dtype=np.int32)
-            rows = np.empty((n, 4), dtype=np.int32)
-            rows[:done] = self._rows[:done]
-            for begin in range(done, n, ROW_BLOCK):
-                end = min(begin + ROW_BLOCK, n)
-                block = rows[begin:end]
-                block[:, ROW_TREE] = self.pred_tree.view()[begin:end]
-                block[:, ROW_LO], block[:, ROW_HI] = self._positions(
-                    *self.hull(np.arange(begin, end)))
-                block[:, ROW_INTERVALS] = self.pred_iv_count.view()[begin:end]
-            self._rows = rows
-            self._rows_version = self.forest.version
-        return self._rows
+        n = len(self.rows)
+        table = self.rows.data[:n].view(np.int32).reshape(n, 4)
+        done = self._hulls_done if self._hulls_version == self.forest.version else 0
+        for begin in range(done, n, ROW_BLOCK):
+            end = min(begin + ROW_BLOCK, n)
+            table[begin:end, ROW_LO], table[begin:end, ROW_HI] = self._positions(
+                *self.hull(np.arange(begin, end)))
+        self._hulls_done, self._hulls_version = n, self.forest.version
+        return table
 
     def verify(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -463,7 +476,7 @@ class ConjunctStore:
 
     @property
     def nbytes(self) -> int:
-        return sum(c.nbytes for c in self._columns) + self._rows.nbytes
+        return sum(c.nbytes for c in self._columns)
 
     def conjunct(self, cid: int) -> Conjunct:
         """The live conjunct ``cid`` rebuilt from its rows (values from the trees' bounds).
@@ -478,10 +491,10 @@ class ConjunctStore:
         predicates = []
         start = int(self.pred_start.data[cid])
         for pid in range(start, start + int(self.pred_count.data[cid])):
-            tree = forest.trees[int(self.pred_tree.data[pid])]
+            tree = forest.trees[int(self.pred_tree[pid])]
             first = int(self.pred_iv_start.data[pid])
             intervals = []
-            for iid in range(first, first + int(self.pred_iv_count.data[pid])):
+            for iid in range(first, first + int(self.pred_iv_count[pid])):
                 lo_bid, hi_bid = int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])
                 intervals.append(Interval(
                     None if lo_bid < 0 else tree.values[int(forest.bound_rank[lo_bid])],
@@ -497,21 +510,22 @@ class ConjunctStore:
         Every live conjunct has predicates on distinct trees; every interval's bounds
         are live bounds of its predicate's tree and it covers at least one space;
         a predicate's intervals are in order and disjoint and its hull spans them;
-        each space's predicate counter equals the number of intervals covering it.
+        each space's predicate counter equals the number of intervals covering it; the
+        hull positions :meth:`row_table` kept for the forest's version are its own.
         """
         forest = self.forest
         expected = np.zeros(forest.spaces.size, dtype=np.int64)
         registry = self.registry
         for cid in np.flatnonzero(registry.alive.view()).tolist():
             start, count = int(self.pred_start.data[cid]), int(self.pred_count.data[cid])
-            trees = self.pred_tree.view()[start : start + count]
+            trees = self.pred_tree[start : start + count]
             assert len(set(trees.tolist())) == count, f"conjunct {cid}: a tree twice"
             assert self.tree_mask.data[cid] == tree_masks(np.zeros(count, np.int64), trees, 1)[0]
             if registry.residual.data[cid]:
                 assert any(p.patterns for p in self.conjunct(cid).predicates)
             for pid in range(start, start + count):
-                tree = forest.trees[int(self.pred_tree.data[pid])]
-                first, n = int(self.pred_iv_start.data[pid]), int(self.pred_iv_count.data[pid])
+                tree = forest.trees[int(self.pred_tree[pid])]
+                first, n = int(self.pred_iv_start.data[pid]), int(self.pred_iv_count[pid])
                 spans = []
                 for iid in range(first, first + n):
                     for bid in (int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])):
@@ -526,6 +540,13 @@ class ConjunctStore:
         live = forest.spaces.alive[: forest.spaces.size]
         actual = forest.spaces.predicate_counter[: forest.spaces.size]
         assert (actual[live] == expected[live]).all(), "predicate counters disagree"
+        if self._hulls_version == forest.version:  # the kept hull positions are current
+            cids = np.flatnonzero(registry.alive.view())
+            _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
+            pids = pids[pids < self._hulls_done]
+            lo, hi = self._positions(*self.hull(pids))
+            rows = self.rows.data[pids]
+            assert (rows["lo"] == lo).all() and (rows["hi"] == hi).all(), "a stale hull"
         assert len(self.pred_start) == len(self.pred_count) == len(registry)
 
 

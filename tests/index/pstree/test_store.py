@@ -12,6 +12,7 @@ the lookup found them true), and must drop removed conjuncts. ``check()`` runs a
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -148,9 +149,9 @@ def test_trees_sharing_a_mask_bit_stay_exact() -> None:
 
 
 def test_verify_follows_rows_added_split_and_compacted() -> None:
-    """The kernel's row table is cached per forest version: rows added without new
-    bounds extend it, new bounds (spaces split, positions move) and a compaction (rows
-    move) rebuild it; verify stays exact through all three."""
+    """The row table's hull positions are kept per forest version: rows added without
+    new bounds get theirs, new bounds (spaces split, positions move) and a compaction
+    (rows move) recompute them all; verify stays exact through all three."""
     batch = [{"a": v, "b": w} for v in (0, 1, 2, 3, 4, 5, 6, 7) for w in (0, 1, 2)]
     stored = Stored(_conjuncts([f"a in ({v}, {v + 2}) and b <= {v % 3}" for v in range(4)]))
     _agrees(stored, batch, list(range(4)))
@@ -158,7 +159,7 @@ def test_verify_follows_rows_added_split_and_compacted() -> None:
     stored.add(_conjuncts(["a = 2 and b = 1", "a in (0, 4)"]))  # existing bounds only
     assert stored.forest.version == version
     _agrees(stored, batch, list(range(6)))
-    assert len(stored.store.row_table()) == len(stored.store.pred_tree)
+    assert len(stored.store.row_table()) == len(stored.store.rows)
     stored.add(_conjuncts(["a > 4.5 and b != 0", "a not in (1, 3, 6) and b >= 1"]))
     assert stored.forest.version != version  # 4.5 and 6 split spaces of a
     _agrees(stored, batch, list(range(8)))
@@ -167,8 +168,21 @@ def test_verify_follows_rows_added_split_and_compacted() -> None:
     stored.store.compact()
     stored.store.check()
     live_rows = sum(len(stored.conjuncts[j].predicates) for j in (1, 3, 5, 7))
-    assert stored.store.dead_rows == 0 and len(stored.store.pred_tree) == live_rows
+    assert stored.store.dead_rows == 0 and len(stored.store.rows) == live_rows
     _agrees(stored, batch, [1, 3, 5, 7])
+
+
+def test_check_finds_a_stale_hull_position() -> None:
+    """The hull positions the row table keeps for the forest's version are part of the
+    store's invariants: a row's position off by one fails ``check``."""
+    stored = Stored(_conjuncts(["a in (1, 3) and b <= 2", "a = 2"]))
+    _agrees(stored, [{"a": 3, "b": 1}], [0, 1])  # the positions are computed
+    stored.add(_conjuncts(["a = 3"]))  # no new bound: they stay current
+    stored.store.row_table()
+    stored.store.check()
+    stored.store.rows.data["hi"][0] += 1
+    with pytest.raises(AssertionError, match="a stale hull"):
+        stored.store.check()
 
 
 def test_no_candidates() -> None:
@@ -206,7 +220,7 @@ def test_operator_ranks_of_the_rows_equal_the_predicates_own(texts: list[str]) -
     if not conjuncts:
         return
     store = Stored(conjuncts).store
-    niv = store.pred_iv_count.view().astype(np.int64)
+    niv = store.pred_iv_count[: len(store.rows)].astype(np.int64)
     iv_first = store.pred_iv_start.view().astype(np.int64)
     ranks = operator_ranks(np.repeat(np.arange(len(niv)), niv), iv_first, niv,
                            store.iv_lo_bid.view(), store.iv_lo_closed.view(),
@@ -216,6 +230,6 @@ def test_operator_ranks_of_the_rows_equal_the_predicates_own(texts: list[str]) -
         start = int(store.pred_start.data[cid])
         for predicate in conjuncts[cid].predicates:
             tree = forest.tree_of[(predicate.attribute, predicate.kind)]
-            row = start + store.pred_tree.view()[start:].tolist().index(tree)
+            row = start + store.pred_tree[start : len(store.rows)].tolist().index(tree)
             rank, width = paper_operator_rank(predicate)
             assert ranks[row] == rank * 1024 + min(width, 1023)
