@@ -13,9 +13,9 @@ the Spark job in this process and measures:
    phase, as in the ceiling, nothing reads the output (a consumer would take CPU from
    the service on the same cores: 1.4 s of the 12.4 s of CPU of a 20,000-event batch at
    100K). The phase's producer and consumer run in a process of their own
-   (:func:`latency_load`), as a service's producers and consumers do: in this one they
-   held the interpreter lock the query's driver-side Python (``foreachBatch``) waits
-   for after each call into the JVM;
+   (:func:`latency_load`), as a service's producers and consumers do: in the
+   benchmark's process they held the interpreter lock the query's driver-side Python
+   (``foreachBatch``) waits for after each call into the JVM;
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
    (the same events, published the same way, to a topic of its own) through Spark with
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
@@ -119,9 +119,8 @@ def latency_load(bootstrap_servers: str, events_topic: str, notifications_topic:
     """The latency phase's load, in a process of its own: a :class:`Collector` of the
     notifications from now on, then, ``settle_s`` later (its reader starts at the end),
     ``rate * duration`` events published at ``rate``, those due every
-    :data:`LOAD_TICK_S`. Sends the seconds publishing took
-    on ``conn``, waits there for the word to stop, and sends the latencies and the CPU
-    seconds this process used."""
+    :data:`LOAD_TICK_S`. Sends the seconds publishing took on ``conn``, waits there for
+    the word to stop, and sends the latencies and the CPU seconds this process used."""
     collector = Collector(bootstrap_servers, notifications_topic)
     reader = threading.Thread(target=collector.run, daemon=True)
     reader.start()
