@@ -256,11 +256,11 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     memory is a chunk's); HSCAN may give a key twice, in other chunks: the last text read
     stands."""
     monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
-    merged: list[int] = []
+    written: list[int] = []
     put_many = NotificationHeads.put_many
 
     def counted(self: NotificationHeads, slots: Any, heads: list[bytes]) -> None:
-        merged.append(len(heads))
+        written.append(len(heads))
         put_many(self, slots, heads)
 
     monkeypatch.setattr(NotificationHeads, "put_many", counted)
@@ -271,7 +271,7 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
                + [("s3", dumps_record("a = 1", "who", {}), None)])  # fmt: skip
     exprs["s3"] = "a = 1"
     assert calls.add_many == 6  # 41 records in chunks of 7
-    assert merged == [7, 7, 7, 7, 7, 6]
+    assert written == [7, 7, 7, 7, 7, 6]
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
