@@ -22,18 +22,16 @@ the staged changes first.
 
 from __future__ import annotations
 
-import ctypes
-import gc
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
+from index.core.heap import gc_paused, release_free_heap
 from index.core.slot_ids import SlotIds
 from index.events import FlatEvent, flatten_event
 from index.language import Conjunct, Subscription, parse_subscription
@@ -81,41 +79,6 @@ class MatcherStats:
         }
 
 
-def _release_free_heap() -> None:
-    """Give the heap pages freed by a bulk load back to the operating system.
-
-    Parsing leaves many short-lived Python objects behind; glibc keeps their pages
-    unless asked, so a process that loaded a million subscriptions would stay that much
-    larger. Only glibc has ``malloc_trim``; elsewhere this does nothing.
-    """
-    try:
-        libc = ctypes.CDLL(None)
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        return
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector for a bulk load, and restore its state.
-
-    Parsing a batch makes millions of small container objects (the frozen tuples and
-    dataclasses of :mod:`index.language`) that live until the batch is filed, and none
-    in a cycle: reference counting frees them all. The collector, triggered by every
-    few hundred allocations, would walk them again and again; that was about a third of
-    a worker's bulk load (``WorkerIndex.apply`` of 100,000 BE-Gen subscriptions into
-    PSTHash: 17.8 and 21.2 s CPU with it, 11.5 and 12.9 s without). Cycles made
-    meanwhile (an exception's traceback) are collected once it runs again.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class Matcher(ABC):
     """Stores subscriptions by id and finds those an event satisfies.
 
@@ -157,9 +120,10 @@ class Matcher(ABC):
         On a bad expression the items before it are added and the error is raised.
         Unlike ``add``, the subscriptions are filed before it returns.
 
-        Python's cyclic garbage collector is paused meanwhile (see :func:`_gc_paused`).
+        Python's cyclic garbage collector is paused meanwhile
+        (:func:`index.core.heap.gc_paused`).
         """
-        with _gc_paused():
+        with gc_paused():
             self._file_staged()
             batch: list[tuple[str, Subscription]] = []
             pending: set[str] = set()
@@ -177,7 +141,7 @@ class Matcher(ABC):
                 if batch:
                     self._replace_many(batch)
                 self._finish_bulk()
-                _release_free_heap()
+                release_free_heap()
 
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""

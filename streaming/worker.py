@@ -48,6 +48,7 @@ import pyarrow.compute as pc
 from connectors.kafka import SINK_CHUNK, RecordSink, SinkSettings
 from connectors.state import DEFAULT_RETRY_SECONDS, Change, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
+from index.core.heap import gc_paused
 from index.errors import PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
@@ -446,23 +447,24 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     subscriptions a group takes about 15 s)."""
     pending: list[Change] = []
     start = index.version
-    for chunk in store.change_chunks(start, upto):
-        pending += chunk
-        while len(pending) >= LOAD_CHUNK or (pending and pending[-1].version == upto):
-            group, pending = pending[:LOAD_CHUNK], pending[LOAD_CHUNK:]
-            try:
-                index.apply((change.sub_id, change.record, change.normal_form)
-                            for change in group)  # fmt: skip
-            except Exception:
-                log.exception("replaying %d changes in bulk failed; reloading every "
-                              "subscription", len(group))  # fmt: skip
-                return False
-            index.version = group[-1].version
-            index.replayed += len(group)
-            if upto - start > LOAD_CHUNK:
-                log.info("%s: replayed %d of the %d changes after version %d (now at %d)",
-                         index.shard, index.version - start, upto - start, start,
-                         index.version)  # fmt: skip
+    with gc_paused():  # the changes read and decoded: see index.core.heap
+        for chunk in store.change_chunks(start, upto):
+            pending += chunk
+            while len(pending) >= LOAD_CHUNK or (pending and pending[-1].version == upto):
+                group, pending = pending[:LOAD_CHUNK], pending[LOAD_CHUNK:]
+                try:
+                    index.apply((change.sub_id, change.record, change.normal_form)
+                                for change in group)  # fmt: skip
+                except Exception:
+                    log.exception("replaying %d changes in bulk failed; reloading every "
+                                  "subscription", len(group))  # fmt: skip
+                    return False
+                index.version = group[-1].version
+                index.replayed += len(group)
+                if upto - start > LOAD_CHUNK:
+                    log.info("%s: replayed %d of the %d changes after version %d (now at %d)",
+                             index.shard, index.version - start, upto - start, start,
+                             index.version)  # fmt: skip
     return True
 
 

@@ -1,3 +1,4 @@
 """The machinery every indexed matcher shares: the conjunct registry, the batch
-matching pipeline, growable columns and the posting multimap.
+matching pipeline, growable columns, the posting multimap, and the heap's handling
+during bulk work.
 """

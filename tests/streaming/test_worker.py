@@ -21,7 +21,7 @@ import pytest
 
 from connectors.kafka import KafkaServiceError, SinkSettings, TopicReader, ensure_topics
 from connectors.local import LocalServices, free_port
-from connectors.state import SourceChange, StateError, StateStore
+from connectors.state import Change, SourceChange, StateError, StateStore
 from index import Matcher, make_matcher
 from index.language import Subscription
 from index.scan import ScanMatcher
@@ -187,6 +187,33 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
+
+
+def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The changes a catch-up reads live until their group is applied, so the collector
+    stays off throughout (index.core.heap.gc_paused), and on again after."""
+    settings, store = state
+    monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
+    store.apply([put(0, "s0", "a = 1")])
+    index = worker.sync_index(settings, 1)
+    store.apply([put(i, f"s{i}", f"a >= {i % 5}") for i in range(1, 31)])
+    collector_on: list[bool] = []
+    change_chunks = StateStore.change_chunks
+
+    def watched(self: StateStore, start: int, upto: int) -> Iterator[list[Change]]:
+        for chunk in change_chunks(self, start, upto):
+            collector_on.append(gc.isenabled())
+            yield chunk
+
+    monkeypatch.setattr(StateStore, "change_chunks", watched)
+    assert gc.isenabled()
+    same = worker.sync_index(settings, 31)
+    assert same is index and index.replayed == 30
+    assert collector_on == [False] * 5 and gc.isenabled()
+    index.check()
+    assert len(index.matcher) == 31
 
 
 def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(

@@ -1,0 +1,52 @@
+"""Python's heap during bulk work: the cyclic collector paused, freed pages given back.
+
+Bulk paths (a matcher's ``add_many``, a worker replaying the change log) make millions
+of small container objects that live until the bulk step ends and form no cycles:
+reference counting frees them all. The cyclic collector, triggered by every few
+hundred allocations, would walk them again and again; :func:`gc_paused` keeps it off
+for the step. What the step freed stays in glibc's arenas unless
+:func:`release_free_heap` asks for it back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for a bulk step, and restore its state
+    (nested uses restore only the outermost). Cycles made meanwhile (an exception's
+    traceback) are collected once it runs again.
+
+    Measured on this machine: ``WorkerIndex.apply`` of 100,000 BE-Gen subscriptions into
+    PSTHash took 17.8 and 21.2 s CPU with the collector, 11.5 and 12.9 s without; a
+    worker's catch-up of 200,000 changes 52-58 µs a change with it (the collector
+    paused in ``add_many`` only), 40-41 µs without. Where the objects made do not live
+    long (validating subscription records keeps only their texts) it gains nothing:
+    ``validate_records`` took 56-64 µs a record either way.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def release_free_heap() -> None:
+    """Give the heap pages freed by a bulk step back to the operating system.
+
+    Parsing leaves many short-lived Python objects behind; glibc keeps their pages
+    unless asked, so a process that loaded a million subscriptions would stay that much
+    larger. Only glibc has ``malloc_trim``; elsewhere this does nothing.
+    """
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        return
