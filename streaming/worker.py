@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from connectors.kafka import SINK_CHUNK, RecordSink, SinkSettings
 from connectors.state import DEFAULT_RETRY_SECONDS, Change, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
-from index.core.heap import gc_paused, map_large_allocations, release_free_heap
+from index.core.heap import gc_paused, release_free_heap
 from index.errors import PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
@@ -473,7 +473,6 @@ def sync_index(settings: WorkerSettings, version: int, shard: int = 0) -> Worker
     ``version``. Indexes of the same state cached for another shard count (the job was
     restarted with another ``--shards``) are dropped: no task will ask for them again."""
     key = _cache_key(settings, shard)
-    map_large_allocations()  # the index's columns and a batch's temporaries: see index.core.heap
     with _LOCK:
         for stale in [k for k in _CACHE if k[:3] == key[:3] and k[3] != settings.shards]:
             del _CACHE[stale]
@@ -679,7 +678,7 @@ def match_batches(
             cols["ts"], strict=True,
         )  # fmt: skip
         yield from match_rows(index, settings, rows, metrics, shard == 0)
-    release_free_heap()  # what matching freed, before the next batch's catch-up grows the heap
+    release_free_heap()  # what matching freed: the worker's resident size between batches
     # ru_maxrss is in KiB on Linux (the platform the service runs on)
     metrics.peak_rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     if report is not None:

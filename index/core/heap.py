@@ -5,10 +5,14 @@ of small container objects that live until the bulk step ends and form no cycles
 reference counting frees them all. The cyclic collector, triggered by every few
 hundred allocations, would walk them again and again; :func:`gc_paused` keeps it off
 for the step. What the step freed stays in glibc's heap unless
-:func:`release_free_heap` asks for it back, and by default glibc serves allocations of
-up to 32 MiB from that heap (its threshold for a mapping of their own grows to the
-largest block freed), so that a worker's numpy temporaries leave it full of holes:
-:func:`map_large_allocations` keeps the threshold at :data:`LARGE_ALLOCATION`.
+:func:`release_free_heap` asks for it back.
+
+Not done: having glibc map every block of 1 MiB or more apart (``mallopt``'s
+``M_MMAP_THRESHOLD``; by default blocks of up to 32 MiB come from the heap, where a
+worker's numpy temporaries leave holes). With 1M BE-Gen subscriptions in PSTHash it
+lowered a process's peak from 903 to 825 MiB (846 at 4 MiB), but each temporary then
+costs fresh pages: matching 10,000 events took 1.10-1.87 s of CPU against 0.83-1.51 s,
+and in the service at 1M (one run) 973 events/s against 2,114 the run before.
 """
 
 from __future__ import annotations
@@ -18,11 +22,6 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
-
-LARGE_ALLOCATION = 1 << 20
-"""Bytes from which :func:`map_large_allocations` has glibc give an allocation a mapping
-of its own, returned to the system when it is freed."""
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 
 
 @contextmanager
@@ -52,28 +51,15 @@ def release_free_heap() -> None:
 
     Parsing leaves many short-lived Python objects behind; glibc keeps their pages
     unless asked, so a process that loaded a million subscriptions would stay that much
-    larger. Only glibc has ``malloc_trim``; elsewhere this does nothing. Cost: a walk
-    of the heap's free blocks, 2-5 ms in a process holding 1M subscriptions.
+    larger; matching leaves numpy temporaries' pages behind the same way (after 2,000
+    events on 1M subscriptions in PSTHash, a process held 774-781 MiB trimmed after each
+    chunk, 874-889 MiB not; the peak, set while loading, stays). Only glibc has
+    ``malloc_trim``; elsewhere this does nothing. Cost: a walk of the heap's free
+    blocks, 2-5 ms in a process holding 1M subscriptions.
     """
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-
-
-def map_large_allocations() -> None:
-    """Have glibc serve every allocation of :data:`LARGE_ALLOCATION` bytes or more by a
-    mapping of its own (``mallopt(M_MMAP_THRESHOLD)``), unmapped when it is freed,
-    instead of from the heap. Process-wide and idempotent; does nothing without glibc.
-
-    Measured in one process holding 1M BE-Gen subscriptions in PSTHash, loaded through
-    the change log, then matching and replacing 200,000 of them: the peak resident
-    memory was 815-817 MiB loading and 884 MiB replacing, against 901-920 and 940-949
-    MiB with glibc's default; matching 8,000 events took 0.8-1.1 s of CPU at a 32 MiB,
-    1 MiB or 256 KiB threshold alike.
-    """
-    libc = _glibc()
-    if libc is not None:
-        libc.mallopt(_M_MMAP_THRESHOLD, LARGE_ALLOCATION)
 
 
 @cache

@@ -1,15 +1,12 @@
-"""The heap during bulk work: the cyclic collector paused and restored, large blocks
-mapped apart."""
+"""Pausing the cyclic collector for a bulk step, and restoring it."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
 
-import numpy as np
 import pytest
 
-from index.core.heap import LARGE_ALLOCATION, gc_paused, map_large_allocations
+from index.core.heap import gc_paused
 
 
 def test_the_collector_is_off_inside_and_restored_by_the_outermost_pause() -> None:
@@ -35,27 +32,3 @@ def test_a_pause_ends_when_its_step_raises_and_keeps_a_collector_found_off() -> 
         gc.enable()
 
 
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]  # fmt: skip
-
-
-def _mapped_bytes() -> int:
-    """Bytes glibc holds in allocations of their own mapping (``mallinfo2().hblkhd``)."""
-    mallinfo2 = ctypes.CDLL(None).mallinfo2
-    mallinfo2.restype = _MallInfo2
-    return int(mallinfo2().hblkhd)
-
-
-@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mallinfo2"), reason="glibc >= 2.33 only")
-def test_after_map_large_allocations_a_large_block_is_mapped_and_unmapped_when_freed() -> None:
-    # freeing a 16 MiB mapped block would raise glibc's default threshold past 2 MiB
-    assert np.ones(16 << 20, dtype=np.uint8).all()  # allocated, then freed
-    map_large_allocations()
-    before = _mapped_bytes()
-    block = np.ones(2 * LARGE_ALLOCATION, dtype=np.uint8)
-    assert _mapped_bytes() - before >= block.nbytes
-    del block
-    assert _mapped_bytes() - before < LARGE_ALLOCATION
