@@ -12,7 +12,8 @@ Not done: having glibc map every block of 1 MiB or more apart (``mallopt``'s
 worker's numpy temporaries leave holes). With 1M BE-Gen subscriptions in PSTHash it
 lowered a process's peak from 903 to 825 MiB (846 at 4 MiB), but each temporary then
 costs fresh pages: matching 10,000 events took 1.10-1.87 s of CPU against 0.83-1.51 s,
-and in the service at 1M (one run) 973 events/s against 2,114 the run before.
+and the one service run with it at 1M drained 973 events/s, against 1,799-2,114 in the
+three runs around it (docs/bench-streaming.md, stop 33).
 """
 
 from __future__ import annotations

@@ -30,5 +30,3 @@ def test_a_pause_ends_when_its_step_raises_and_keeps_a_collector_found_off() -> 
         assert not gc.isenabled()
     finally:
         gc.enable()
-
-
