@@ -1,11 +1,13 @@
-"""Kafka plumbing outside Spark, with confluent-kafka: topics, producing, consuming.
+"""Kafka plumbing outside Spark, with librdkafka: topics, producing, consuming.
 
 Owns:
 
 * creating the service's four topics with the right settings (the subscriptions topic
   compacted);
 * the writer of the service's output records, :class:`RecordSink`: the matching tasks'
-  notifications and rejects, and the driver's rejected subscription records;
+  notifications and rejects, and the driver's rejected subscription records, a whole
+  Arrow batch at a time (:mod:`connectors.batch_producer`; every other client here is
+  confluent-kafka's);
 * a JSON producer used by the CLI and the load generator;
 * a consumer that reads a topic from the start or the end (``psmatch tail``, ``psmatch
   rebuild-state``, the tests and the benchmark);
@@ -26,15 +28,14 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from connectors.batch_producer import BatchProducer
 from index.errors import PsmatchError
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,12 @@ class _ClientErrors:
         self.auth: str | None = None
 
     def __call__(self, err: KafkaError) -> None:
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL):
-            self.auth = self.auth or err.str()
+        self.record(err.code(), err.str())
+
+    def record(self, code: int, reason: str) -> None:
+        """Note a client error (librdkafka's code and reason)."""
+        if code in (KafkaError._AUTHENTICATION, KafkaError._SSL):
+            self.auth = self.auth or reason
 
     def check(self) -> None:
         if self.auth is not None:
@@ -170,16 +175,15 @@ class _ClientErrors:
             )
 
 
+CLIENT_LOG = logging.getLogger("psmatch.kafka.client")
+"""Where librdkafka's own log goes (the CLI shows its warnings only)."""
+
+
 def _client_config(
     bootstrap_servers: str, security: KafkaSecurity, errors: _ClientErrors
 ) -> dict[str, Any]:
-    return {
-        "bootstrap.servers": bootstrap_servers,
-        **security.client_config(),
-        "error_cb": errors,
-        # librdkafka's own log goes to Python logging, where the CLI shows warnings only
-        "logger": logging.getLogger("psmatch.kafka.client"),
-    }
+    return {"bootstrap.servers": bootstrap_servers, **security.client_config(),
+            "error_cb": errors, "logger": CLIENT_LOG}  # fmt: skip
 
 
 def _admin(bootstrap_servers: str, security: KafkaSecurity) -> tuple[AdminClient, _ClientErrors]:
@@ -409,39 +413,30 @@ class RecordSink:
     written fails, and Spark runs it (or the query runs its batch) again.
 
     Memory: librdkafka's queue is bounded (16 MiB); :meth:`write` waits for room when it
-    is full. Cost per record: one Python ``bytes`` each for its key and value (sliced
-    from the Arrow buffers) and one ``produce`` call: 3.0-3.5 µs of CPU for a 438-byte
-    notification, librdkafka's threads (which compress and send) included, whatever the
-    codec (``bench/bench_sink_compression.py``, docs/bench-streaming.md).
+    is full. Cost per record: a share of one C call per :data:`SINK_CHUNK` records
+    (:class:`connectors.batch_producer.BatchProducer`, which copies it from the Arrow
+    buffers), and librdkafka's threads, which compress and send it.
     """
 
     def __init__(self, settings: SinkSettings) -> None:
         self._client_errors = _ClientErrors(settings.bootstrap_servers)
-        self._failed: list[str] = []
-        self._failures = 0
         self._config = {
-            **_client_config(settings.bootstrap_servers, settings.security,
-                             self._client_errors),
+            "bootstrap.servers": settings.bootstrap_servers,
+            **settings.security.client_config(),
             **sink_settings(settings.compression),
             "partitioner": "murmur2_random",
-            "enable.idempotence": True,
-            "message.timeout.ms": 120_000,
+            "enable.idempotence": "true",
+            "message.timeout.ms": "120000",
             # a notification is at most SINK_RECORD_LIMIT (streaming.records) bytes;
             # this is the Java producer's max.request.size
-            "message.max.bytes": 1 << 20,
-            "queue.buffering.max.kbytes": 16 * 1024,
-            "queue.buffering.max.messages": 1_000_000,
-            # successes cost nothing in Python; a failure calls _on_delivery
-            "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery,
+            "message.max.bytes": str(1 << 20),
+            "queue.buffering.max.kbytes": str(16 * 1024),
+            "queue.buffering.max.messages": "1000000",
         }  # fmt: skip
-        self._producer = Producer(self._config)
+        self._producer = self._new_producer()
 
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            self._failures += 1
-            if len(self._failed) < 3:
-                self._failed.append(f"{msg.topic()}: {err.str()}")
+    def _new_producer(self) -> BatchProducer:
+        return BatchProducer(self._config, self._client_errors.record, CLIENT_LOG)
 
     def write(self, records: pa.RecordBatch | pa.Table) -> None:
         """Queue ``records`` (columns ``topic`` string, ``key`` and ``value`` binary,
@@ -457,17 +452,8 @@ class RecordSink:
                     self._produce(topic, chunk.filter(pc.equal(chunk.column("topic"), topic)))
 
     def _produce(self, topic: str, batch: pa.RecordBatch) -> None:
-        producer = self._producer
-        produce = producer.produce
-        for key, value in zip(binary_values(batch.column("key")),
-                              binary_values(batch.column("value")), strict=True):  # fmt: skip
-            while True:
-                try:
-                    produce(topic, value, key)
-                    break
-                except BufferError:  # the queue is full: wait for acknowledgements
-                    producer.poll(0.05)
-                    self._client_errors.check()
+        self._producer.produce(topic, batch.column("key"), batch.column("value"),
+                               self._client_errors.check)  # fmt: skip
 
     def flush(self) -> None:
         """Wait until every queued record is acknowledged or has failed (at most
@@ -477,34 +463,14 @@ class RecordSink:
         while self._producer.flush(1.0):
             self._client_errors.check()
         self._client_errors.check()
-        if self._failures:
-            failed, failures = self._failed, self._failures
-            self._failed, self._failures = [], 0
+        failures, examples = self._producer.take_failures()
+        if failures:
             # a new producer: an error can leave one unusable (a fatal idempotence
             # error), and the queue is empty now
-            self._producer = Producer(self._config)
+            self._producer.close()
+            self._producer = self._new_producer()
             raise KafkaServiceError(f"{failures} output records were not written to Kafka, "
-                                    f"e.g. {'; '.join(failed)}")  # fmt: skip
-
-
-def binary_values(array: pa.Array | pa.ChunkedArray) -> list[bytes | None]:
-    """The values of a ``binary`` or ``large_binary`` Arrow array as Python ``bytes``.
-
-    Cost: one copy of the array's data and one ``bytes`` slice per value, about a third
-    of what ``to_pylist`` costs (it builds an Arrow scalar per value first).
-    """
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if array.null_count or not len(array):
-        return array.to_pylist()  # type: ignore[no-any-return]
-    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
-    offsets = np.frombuffer(array.buffers()[1], dtype=width)[
-        array.offset : array.offset + len(array) + 1
-    ]
-    first = int(offsets[0])
-    data = array.buffers()[2].slice(first, int(offsets[-1]) - first).to_pybytes()
-    ends = (offsets - first).tolist()
-    return [data[a:b] for a, b in pairwise(ends)]
+                                    f"e.g. {'; '.join(examples)}")  # fmt: skip
 
 
 class TopicReader:

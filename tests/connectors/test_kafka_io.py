@@ -23,11 +23,11 @@ from connectors.kafka import (
     RecordSink,
     SinkSettings,
     TopicReader,
-    binary_values,
     ensure_topics,
     service_topics,
 )
 from connectors.local import KafkaBroker, LocalServices
+from tests.connectors.outside_client import read_records
 
 pytestmark = pytest.mark.integration
 
@@ -132,20 +132,6 @@ def _two_topics(bootstrap: str, partitions: int,
     return one, two
 
 
-def _read_all(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes | None,
-                                                                    bytes | None]]:  # fmt: skip
-    """(partition, key, value) of the first ``count`` records, read by kafka-python."""
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000, enable_auto_commit=False, group_id=None,
-    )  # fmt: skip
-    try:
-        return [(m.partition, m.key, m.value)
-                for _, m in zip(range(count), consumer, strict=False)]  # fmt: skip
-    finally:
-        consumer.close()
-
-
 def test_record_sink_writes_to_the_partition_the_java_client_chooses(
     services: LocalServices,
 ) -> None:
@@ -159,14 +145,15 @@ def test_record_sink_writes_to_the_partition_the_java_client_chooses(
         "value": [b"v%d" % i for i in range(200)] + [b"no key", None],
     }, schema=RECORDS))  # fmt: skip
     sink.flush()
-    got = _read_all(bootstrap, one, 200)
+    got = read_records(bootstrap, one, 200)
     # Kafka's Java default partitioner: murmur2 of the key, positive, modulo partitions
     assert sorted(got) == sorted(((murmur2(k) & 0x7FFFFFFF) % 3, k, b"v%d" % i)
                                  for i, k in enumerate(keys))  # fmt: skip
     for partition in range(3):  # in order within each partition
         values = [int(v[1:]) for p, _, v in got if p == partition]
         assert values == sorted(values)
-    assert {(k, v) for _, k, v in _read_all(bootstrap, two, 2)} == {(None, b"no key"), (b"k", None)}
+    assert {(k, v) for _, k, v in read_records(bootstrap, two, 2)} == {
+        (None, b"no key"), (b"k", None)}  # fmt: skip
     kcat = shutil.which("kcat")
     if kcat is not None:  # an outside client reads the lz4 batches the same way
         read = [kcat, "-C", "-b", bootstrap, "-t", one, "-e", "-q", "-f", "%p %k %s\\n"]
@@ -189,18 +176,7 @@ def test_record_sink_flush_fails_for_a_record_the_broker_refuses_then_goes_on(
     fine = {"topic": [other], "key": [b"k"], "value": [b"fine"]}
     sink.write(pa.RecordBatch.from_pydict(fine, schema=RECORDS))
     sink.flush()  # the failure was reported once
-    assert _read_all(bootstrap, other, 1) == [(0, b"k", b"fine")]
-
-
-@pytest.mark.parametrize("kind", [pa.binary(), pa.large_binary()])
-def test_binary_values_of_slices_empties_and_nulls(kind: pa.DataType) -> None:
-    values = [b"", b"a", b"\x00\xff" * 3, b"xyz"]
-    array = pa.array(values, kind)
-    assert binary_values(array) == values
-    assert binary_values(array.slice(1, 2)) == values[1:3]
-    assert binary_values(array.slice(4)) == []
-    assert binary_values(pa.chunked_array([array, array])) == values * 2
-    assert binary_values(pa.array([b"a", None], kind)) == [b"a", None]
+    assert read_records(bootstrap, other, 1) == [(0, b"k", b"fine")]
 
 
 def test_record_sink_waits_out_a_broker_restart(tmp_path: Path) -> None:
@@ -230,7 +206,7 @@ def test_record_sink_waits_out_a_broker_restart(tmp_path: Path) -> None:
             assert not flushed.done()  # waiting for the broker
             broker.start()
             flushed.result(timeout=150)
-        values = [int(v) for _, _, v in _read_all(bootstrap, topic, 1100) if v is not None]
+        values = [int(v) for _, _, v in read_records(bootstrap, topic, 1100) if v is not None]
         assert values == list(range(1100))
     finally:
         broker.stop()

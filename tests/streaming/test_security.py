@@ -15,9 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
-from connectors.kafka import KafkaSecurity, TopicReader
+from connectors.kafka import (
+    KafkaAuthenticationError,
+    KafkaSecurity,
+    RecordSink,
+    SinkSettings,
+    TopicReader,
+)
 from connectors.local import KafkaBroker, RedisServer, free_port
 from streaming.cli import main
 from streaming.config import ServiceConfig
@@ -137,6 +144,21 @@ def test_a_wrong_secret_is_one_clear_message(
     assert lines[0].startswith(f"psmatch {command}: ") and expected in lines[0]
     assert "refused" in lines[0]
     no_secret(out.err, out.out)
+
+
+def test_the_record_sink_stops_at_a_refused_login(
+    secured: tuple[KafkaBroker, RedisServer],
+) -> None:
+    broker, _ = secured
+    wrong = KafkaSecurity("SASL_PLAINTEXT", "PLAIN", "psmatch", "wrong-S3cret")
+    sink = RecordSink(SinkSettings(broker.sasl_bootstrap_servers, wrong))
+    sink.write(pa.RecordBatch.from_pydict({"topic": ["sec.notif"], "key": [b"k"],
+                                           "value": [b"v"]}))  # fmt: skip
+    t0 = time.monotonic()
+    with pytest.raises(KafkaAuthenticationError, match="refused") as refused:
+        sink.flush()
+    assert time.monotonic() - t0 < 30  # not retried until the record times out
+    no_secret(str(refused.value))
 
 
 def test_security_settings_for_each_client_kind() -> None:
