@@ -7,15 +7,17 @@ the Spark job in this process and measures:
 1. *throughput*: a backlog of events is published at once and drained; events/s in and
    notifications/s out while draining;
 2. *latency*: events are published at a fixed rate for a while; publish → notification
-   latency (p50, p99; the notification's arrival time minus the event record's Kafka
-   timestamp, sampled on every 5th notification of the topic's first partition) at the
-   configured trigger. Only this phase reads the notifications topic: in the throughput
-   phase, as in the ceiling, nothing reads the output (a consumer would take CPU from
-   the service on the same cores: 1.4 s of the 12.4 s of CPU of a 20,000-event batch at
-   100K). The phase's producer and consumer run in a process of their own
-   (:func:`latency_load`), as a service's producers and consumers do: in the
-   benchmark's process they held the interpreter lock the query's driver-side Python
-   (``foreachBatch``) waits for after each call into the JVM;
+   latency (p50, p99) at the configured trigger: the time the broker appended the
+   notification, when a consumer can first read it (the benchmark creates the
+   notifications topic with ``message.timestamp.type=LogAppendTime``), minus the event
+   record's Kafka timestamp, for every 5th notification of the topic's first partition
+   (:func:`sampled_latencies`). The notifications are read once the phase is over: no
+   consumer takes CPU from the service on the same cores while it runs (a live one
+   took 1.4 s of the 12.4 s of CPU of a 20,000-event batch at 100K, and at 1M about a
+   fifth of a core in the latency phase). The phase's producer runs in a process of its
+   own (:func:`latency_load`), as a service's producers do: in the benchmark's process
+   it held the interpreter lock the query's driver-side Python (``foreachBatch``) waits
+   for after each call into the JVM;
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
    (the same events, published the same way, to a topic of its own) through Spark with
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
@@ -54,11 +56,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime
 from itertools import pairwise
 from multiprocessing.connection import Connection
@@ -68,7 +68,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from connectors.kafka import JsonProducer, TopicReader  # noqa: E402
+from connectors.kafka import (  # noqa: E402
+    JsonProducer,
+    TopicReader,
+    ensure_topics,
+    service_topics,
+)
 from connectors.local import release_shared_services, shared_services  # noqa: E402
 from streaming.config import ServiceConfig  # noqa: E402
 from streaming.job import BatchReport, build_spark, start_query, stop_query  # noqa: E402
@@ -80,32 +85,24 @@ runs a JVM's gateway and threads."""
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
-@dataclass
-class Collector:
-    """Reads notifications as they arrive and records the latency of a sample: every
-    ``sample_every``-th record of the topic's partition 0 (notifications are spread over
-    the partitions by the hash of their subscription id, so one partition is a sample of
-    them all; reading one of the two halves the collector's CPU, which it takes from
-    the service on the same cores)."""
+SAMPLE_EVERY = 5
+"""Every how many notifications of partition 0 the latency is taken of (notifications
+are spread over the partitions by the hash of their subscription id, so one partition
+is a sample of them all)."""
 
-    bootstrap_servers: str
-    topic: str
-    latencies_ms: list[float] = field(default_factory=list)
-    stop: threading.Event = field(default_factory=threading.Event)
-    sample_every: int = 5
 
-    def run(self) -> None:
-        reader = TopicReader(self.bootstrap_servers, self.topic, from_beginning=False,
-                             partitions=[0])  # fmt: skip
-        try:
-            while not self.stop.is_set():
-                for value in reader.sample_values(self.sample_every, 0.2, max_records=50_000):
-                    now = time.time()
-                    ts = json.loads(value or b"{}").get("event_timestamp")
-                    if ts:
-                        self.latencies_ms.append(now * 1000 - ts)
-        finally:
-            reader.close()
+def sampled_latencies(bootstrap_servers: str, topic: str, start: int) -> list[float]:
+    """Publish → notification latency (ms) of every :data:`SAMPLE_EVERY`-th notification
+    of partition 0 of ``topic`` from offset ``start`` to its end: the record's timestamp,
+    the broker's append time (``LogAppendTime``), minus its event's Kafka timestamp."""
+    latencies = []
+    with TopicReader(bootstrap_servers, topic, partitions=[0], offsets={0: start}) as reader:
+        while not reader.at_end:
+            for record in reader.poll(0.5, max_records=50_000)[::SAMPLE_EVERY]:
+                event_ts = json.loads(record.value or b"{}").get("event_timestamp")
+                if event_ts:
+                    latencies.append(record.timestamp_ms - event_ts)
+    return latencies
 
 
 LOAD_TICK_S = 0.005
@@ -113,18 +110,11 @@ LOAD_TICK_S = 0.005
 took 0.38 of a core at 5,000 events/s, this 0.14 (2026-11-29)."""
 
 
-def latency_load(bootstrap_servers: str, events_topic: str, notifications_topic: str,
-                 events: list[str], rate: float, duration: float, settle_s: float,
-                 conn: Connection) -> None:  # fmt: skip
-    """The latency phase's load, in a process of its own: a :class:`Collector` of the
-    notifications from now on, then, ``settle_s`` later (its reader starts at the end),
-    ``rate * duration`` events published at ``rate``, those due every
-    :data:`LOAD_TICK_S`. Sends the seconds publishing took on ``conn``, waits there for
-    the word to stop, and sends the latencies and the CPU seconds this process used."""
-    collector = Collector(bootstrap_servers, notifications_topic)
-    reader = threading.Thread(target=collector.run, daemon=True)
-    reader.start()
-    time.sleep(settle_s)
+def latency_load(bootstrap_servers: str, events_topic: str, events: list[str], rate: float,
+                 duration: float, conn: Connection) -> None:  # fmt: skip
+    """The latency phase's load, in a process of its own: ``rate * duration`` events
+    published at ``rate``, those due every :data:`LOAD_TICK_S`. Sends the seconds
+    publishing took on ``conn``, then the CPU seconds this process used."""
     producer = JsonProducer(bootstrap_servers)
     n = int(rate * duration)
     sent = 0
@@ -137,10 +127,7 @@ def latency_load(bootstrap_servers: str, events_topic: str, notifications_topic:
         time.sleep(LOAD_TICK_S)
     producer.flush(120)
     conn.send(time.monotonic() - t0)
-    conn.recv()
-    collector.stop.set()
-    reader.join()
-    conn.send((collector.latencies_ms, time.process_time()))
+    conn.send(time.process_time())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -253,6 +240,14 @@ def main() -> int:
         "shards": args.shards,
         "matching_probability": params.get("matching_probability", "default"),
     }  # fmt: skip
+    # the broker stamps each notification with the time it appended it, when a consumer
+    # can first read it: what the latency phase measures (sampled_latencies)
+    notifications = service_topics(config.subscriptions_topic, config.events_topic,
+                                   config.notifications_topic, config.rejected_topic,
+                                   )[config.notifications_topic]  # fmt: skip
+    ensure_topics(config.bootstrap_servers, {config.notifications_topic: {
+        **notifications, "message.timestamp.type": "LogAppendTime"}},
+        partitions=config.topic_partitions)  # fmt: skip
     spark = build_spark(config, app_name="psmatch-bench", **{"spark.ui.enabled": "false"})
     query = start_query(config, spark, on_report=reports.append)
     try:
@@ -324,26 +319,29 @@ def main() -> int:
                                        / results["ceiling"]["events_per_s"])  # fmt: skip
         log.info("ceiling: %s", results["ceiling"])
 
-        # 2. latency at a fixed rate, the notifications read from now on: until now
-        # nothing read them, as nothing reads the ceiling's output, so that the
-        # benchmark's own consumer took no CPU from the service on the shared cores
+        # 2. latency at a fixed rate; the notifications are read once it is over, so that
+        # no consumer takes CPU from the service on the shared cores while it runs
         first = len(reports)
         base = sum(r.events for r in reports)
         last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
         n = int(args.rate * args.duration)
+        with TopicReader(config.bootstrap_servers, config.notifications_topic,
+                         from_beginning=False, partitions=[0]) as reader:  # fmt: skip
+            start = reader.end_offsets()[0]
         conn, child_conn = SPAWN.Pipe()
         load = SPAWN.Process(target=latency_load, name="psmatch-bench-load", daemon=True, args=(
-            config.bootstrap_servers, config.events_topic, config.notifications_topic, events,
-            args.rate, args.duration, 2 * args.trigger, child_conn))  # fmt: skip
+            config.bootstrap_servers, config.events_topic, events, args.rate, args.duration,
+            child_conn))  # fmt: skip
+        cpu0, started = cpu_by_process(), time.perf_counter()
         load.start()
         sent_s = conn.recv()
         wait(lambda: sum(r.events for r in reports) - base >= n, 900, query,
              lambda: f"latency: {sum(r.events for r in reports) - base:,} of {n:,} events "
              "matched")  # fmt: skip
-        time.sleep(3)
-        conn.send("stop")
-        lat, load_cpu_s = conn.recv()
+        load_cpu_s = conn.recv()
         load.join()
+        latency_cpu_s, latency_phase_s = cpu_since(cpu0), time.perf_counter() - started
+        lat = sampled_latencies(config.bootstrap_servers, config.notifications_topic, start)
         # the distribution, for the plot: 200 quantiles
         results["latency_quantiles_ms"] = [pct(lat, q / 200) for q in range(201)]
         produced = sum(r.notifications for r in reports[first:])
@@ -355,6 +353,8 @@ def main() -> int:
             "notifications_per_s": produced / sent_s,
             "latency_samples": len(lat),
             "load_cpu_s": load_cpu_s,
+            "cpu_s": latency_cpu_s,
+            "phase_s": latency_phase_s,
             "p50_ms": pct(lat, 0.50),
             "p99_ms": pct(lat, 0.99),
             "max_ms": max(lat) if lat else float("nan"),
@@ -487,7 +487,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     published, and the clock stops when the query has read all of it."""
     from pyspark.sql import functions as F
 
-    from connectors.kafka import ensure_topics, sink_settings, spark_kafka_options
+    from connectors.kafka import sink_settings, spark_kafka_options
 
     source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
     ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},
@@ -550,8 +550,9 @@ def _bd_rows(bd: dict[str, float]) -> str:
 
 def _cpu_rows(r: dict[str, Any]) -> str:
     """The CPU table's rows: each kind of process while subscribing, in psmatch's backlog
-    phase and in the ceiling's, then the totals."""
-    phases = (r["subscribe_cpu_s"], r["throughput"]["cpu_s"], r["ceiling"]["cpu_s"])
+    phase, in the ceiling's and in the latency phase, then the totals."""
+    phases = (r["subscribe_cpu_s"], r["throughput"]["cpu_s"], r["ceiling"]["cpu_s"],
+              r["latency"]["cpu_s"])  # fmt: skip
     kinds = sorted(set().union(*phases), key=lambda k: -phases[1].get(k, 0.0))
     rows = [f"| {k} | " + " | ".join(f"{p.get(k, 0.0):.2f}" for p in phases) + " |"
             for k in kinds]  # fmt: skip
@@ -560,11 +561,13 @@ def _cpu_rows(r: dict[str, Any]) -> str:
 
 
 CPU_TABLE = """CPU seconds each kind of process used while subscribing (from the first subscription
-published to the last applied, the workers caught up) and while the backlog drained (from
-the first event published to the last one read); `/proc`, all processes of the machine:
+published to the last applied, the workers caught up), while the backlog drained (from
+the first event published to the last one read) and in the latency phase ({phase_s:.1f} s,
+from starting the load process to its end; the load's own CPU, above, is in no row: it
+has exited when the phase's figures are read); `/proc`, all processes of the machine:
 
-| process | subscribing | psmatch's backlog | the ceiling's |
-| --- | --- | --- | --- |
+| process | subscribing | psmatch's backlog | the ceiling's | the latency phase |
+| --- | --- | --- | --- | --- |
 {rows}
 """
 
@@ -608,7 +611,7 @@ up) | {r["subscribe_s"]:.1f} s |
 | latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
 | publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
-| latency phase: CPU of the load process (its producer and its consumer) | \
+| latency phase: CPU of the load process (its producer) | \
 {lat["load_cpu_s"]:.1f} s |
 {_churn_row(r)}| Python worker peak resident memory (the most of any worker) | \
 {r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
@@ -621,7 +624,7 @@ Where a psmatch batch's time goes (mean per batch with events; backlog phase:
 | --- | --- |
 {_bd_rows(tp["breakdown"])}
 
-{CPU_TABLE.format(rows=_cpu_rows(r))}
+{CPU_TABLE.format(rows=_cpu_rows(r), phase_s=r["latency"]["phase_s"])}
 Where a batch's time goes in the latency phase, as Spark times its micro-batches
 (`StreamingQueryProgress.durationMs`, mean of the {lat["spark_ms"]["batches"]:.0f} batches
 that read events; `addBatch` is psmatch's `foreachBatch`, the rest Spark's own steps):
@@ -752,7 +755,7 @@ latency phase:
 | --- | --- |
 {_bd_rows(lat["breakdown"])}
 
-{CPU_TABLE.format(rows=_cpu_rows(r))}"""
+{CPU_TABLE.format(rows=_cpu_rows(r), phase_s=r["latency"]["phase_s"])}"""
 
 
 if __name__ == "__main__":

@@ -474,8 +474,9 @@ class RecordSink:
 
 
 class TopicReader:
-    """Reads one topic from the beginning or the end, without a group: all its
-    partitions, or those given (:class:`KafkaServiceError` for one it does not have)."""
+    """Reads one topic from the beginning or the end, or from given offsets, without a
+    group: all its partitions, or those given (:class:`KafkaServiceError` for one it does
+    not have)."""
 
     def __init__(
         self,
@@ -484,7 +485,10 @@ class TopicReader:
         from_beginning: bool = True,
         security: KafkaSecurity = PLAINTEXT,
         partitions: Sequence[int] | None = None,
+        offsets: Mapping[int, int] | None = None,
     ) -> None:
+        """``offsets``: where to start in each partition read (``end_offsets()`` of an
+        earlier reader), instead of the beginning or the end."""
         self.topic = topic
         self._client_errors = _ClientErrors(bootstrap_servers)
         self._consumer = Consumer(
@@ -510,8 +514,18 @@ class TopicReader:
                 raise KafkaServiceError(f"topic {topic} has no partition {sorted(missing)}")
             self._partitions = sorted(set(partitions))
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        self._consumer.assign([TopicPartition(topic, p, start) for p in self._partitions])
+        self._consumer.assign([TopicPartition(topic, p, start if offsets is None else offsets[p])
+                               for p in self._partitions])  # fmt: skip
         self._eof: set[int] = set()
+
+    def end_offsets(self, timeout: float = 10.0) -> dict[int, int]:
+        """The offset the next record of each partition read will get (its high
+        watermark), asked of the broker."""
+        from confluent_kafka import TopicPartition
+
+        return {p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                        timeout=timeout)[1]
+                for p in self._partitions}  # fmt: skip
 
     def _metadata(self, topic: str, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
@@ -536,14 +550,6 @@ class TopicReader:
                 Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), ts)
             )
         return out
-
-    def sample_values(self, every: int, timeout: float = 1.0,
-                      max_records: int = 10_000) -> list[bytes | None]:  # fmt: skip
-        """The values of every ``every``-th record available now (the first, the
-        ``every + 1``-th, ..), for a reader that samples a topic too busy to take whole
-        (the streaming benchmark's latency collector): about half the CPU of
-        :meth:`poll` per record read, which builds a :class:`Record` of each."""
-        return [msg.value() for msg in self._messages(timeout, max_records)[::every]]
 
     def _messages(self, timeout: float, max_records: int) -> list[Any]:
         """The messages available now, waiting at most ``timeout`` for the first, less

@@ -101,16 +101,28 @@ def test_topic_reader_reads_kafka_python_records(services: LocalServices) -> Non
     assert all(r.timestamp_ms > 0 for r in records)
 
 
-def test_topic_reader_samples_every_nth_value(services: LocalServices) -> None:
-    """``sample_values`` hands over the values of records 0, n, 2n .. of what it takes
-    (here all 50 records of one partition, taken in one call that waits 5 s for them),
-    and notes the end as ``poll`` does."""
+def test_topic_reader_resumes_from_the_end_offsets_of_an_earlier_reader(
+    services: LocalServices,
+) -> None:
+    """A reader started where another saw each partition end reads only what came after,
+    even though the broker stamped every record with its own append time."""
     bootstrap = services.kafka.bootstrap_servers
-    topic = _kafka_python_topic(bootstrap, 1, [{"value": b"%d" % i} for i in range(50)])
+    topic = f"appended-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: {"message.timestamp.type": "LogAppendTime"}}, partitions=2)
+    with JsonProducer(bootstrap) as producer:
+        for i in range(6):
+            producer.send(topic, b"%d" % i, raw=True, timestamp_ms=1000)
     with TopicReader(bootstrap, topic) as reader:
-        sampled = [int(value) for value in reader.sample_values(3, timeout=5.0)]
-        assert reader.at_end
-    assert sampled == list(range(0, 50, 3))
+        ends = reader.end_offsets()
+        assert sum(ends.values()) == 6 and len(reader.read_to_end(timeout=30)) == 6
+    before = time.time() * 1000
+    with JsonProducer(bootstrap) as producer:
+        for i in range(6, 10):
+            producer.send(topic, b"%d" % i, raw=True, timestamp_ms=1000)
+    with TopicReader(bootstrap, topic, offsets=ends) as reader:
+        records = reader.read_to_end(timeout=30)
+    assert sorted(int(r.value or b"") for r in records) == [6, 7, 8, 9]
+    assert all(r.timestamp_ms >= before - 1000 for r in records)  # the broker's time, not 1000
 
 
 def test_topic_reader_reads_the_partitions_it_is_given(services: LocalServices) -> None:
