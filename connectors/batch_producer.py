@@ -6,13 +6,13 @@ under :class:`connectors.kafka.RecordSink`, the writer of the service's output r
 
 Why not confluent-kafka's ``Producer``: its ``produce`` takes one record per Python call
 (argument parsing, a topic lookup by name, a Python ``bytes`` each for the key and the
-value), and its ``produce_batch`` a Python ``dict`` per record. A notification record
-of 438 bytes cost the calling thread 3.1 µs of CPU with ``produce`` (4.4 µs with
+value), and its ``produce_batch`` a Python ``dict`` per record (it cost the calling
+thread more than the loop: 2.8 against 2.2 µs a record). A notification record of 438
+bytes cost the writing thread 2.0-2.7 µs of CPU with ``produce`` (4.8-5.3 µs with
 librdkafka's own threads, which compress and send); queued here, as pointers into the
-batch's Arrow buffers that ``rd_kafka_produce_batch`` copies, 0.45 µs (2.4 µs in all),
-the same records reaching the same partitions (scratch measurement, 100,000 records,
-five passes each, 2026-11-29; ``produce_batch`` cost the calling thread 2.8 µs against
-2.2 µs for the ``produce`` loop). At a million subscriptions an event makes about 126
+batch's Arrow buffers that ``rd_kafka_produce_batch`` copies, 0.57-0.69 µs (3.4 µs in
+all; ``bench/bench_sink_compression.py``, the two taken in turn, 2026-11-29,
+docs/bench-streaming.md, stop 34). At a million subscriptions an event makes about 126
 notifications.
 
 Everything librdkafka reports reaches Python only from :meth:`BatchProducer.poll` and

@@ -9,8 +9,8 @@ Owns:
   Arrow batch at a time (:mod:`connectors.batch_producer`; every other client here is
   confluent-kafka's);
 * a JSON producer used by the CLI and the load generator;
-* a consumer that reads a topic from the start or the end (``psmatch tail``, ``psmatch
-  rebuild-state``, the tests and the benchmark);
+* a consumer that reads a topic from the start, the end or given offsets (``psmatch
+  tail``, ``psmatch rebuild-state``, the tests and the benchmark);
 * the one place Kafka security is turned into client settings: :class:`KafkaSecurity`
   gives librdkafka's settings (the clients here) and :func:`spark_kafka_options` the
   ``kafka.``-prefixed options of Spark's Kafka source, so every client of the service
@@ -393,11 +393,13 @@ class SinkSettings:
 
 
 SINK_CHUNK = 16_384
-"""Records :meth:`RecordSink.write` turns into Python objects at a time. With
-librdkafka's queue of 16 MiB (:class:`RecordSink`) instead of 65,536 and 64 MiB, a 1M
-PSTHash worker's peak while matching a backlog of 10,000 events (1.26M notifications)
-was 1,095 MiB instead of 1,206, and its tasks waited less for the writes (3.2 against
-4.1 s; docs/bench-streaming.md, stop 29)."""
+"""Records :meth:`RecordSink.write` queues at a time: one ``rd_kafka_produce_batch``
+call over an array of 72 bytes a record (:mod:`connectors.batch_producer`). When each
+record still became two Python ``bytes``, chunks of this size and librdkafka's queue of
+16 MiB (:class:`RecordSink`) instead of 65,536 and 64 MiB took a 1M PSTHash worker's
+peak while matching a backlog of 10,000 events (1.26M notifications) from 1,206 to
+1,095 MiB, and its tasks waited less for the writes (3.2 against 4.1 s;
+docs/bench-streaming.md, stop 29)."""
 
 
 class RecordSink:
@@ -415,7 +417,10 @@ class RecordSink:
     Memory: librdkafka's queue is bounded (16 MiB); :meth:`write` waits for room when it
     is full. Cost per record: a share of one C call per :data:`SINK_CHUNK` records
     (:class:`connectors.batch_producer.BatchProducer`, which copies it from the Arrow
-    buffers), and librdkafka's threads, which compress and send it.
+    buffers), and librdkafka's threads, which compress and send it: 3.4 µs of CPU for a
+    438-byte notification, 0.57-0.69 µs of it in the writing thread, where a
+    confluent-kafka ``produce`` per record took 4.8-5.3 and 2.0-2.7 µs the same hour
+    (``bench/bench_sink_compression.py``, docs/bench-streaming.md, stop 34).
     """
 
     def __init__(self, settings: SinkSettings) -> None:
