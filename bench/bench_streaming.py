@@ -13,11 +13,11 @@ the Spark job in this process and measures:
    record's Kafka timestamp, for every 5th notification of the topic's first partition
    (:func:`sampled_latencies`). The notifications are read once the phase is over: no
    consumer takes CPU from the service on the same cores while it runs (a live one
-   took 1.4 s of the 12.4 s of CPU of a 20,000-event batch at 100K, and at 1M about a
-   fifth of a core in the latency phase). The phase's producer runs in a process of its
-   own (:func:`latency_load`), as a service's producers do: in the benchmark's process
-   it held the interpreter lock the query's driver-side Python (``foreachBatch``) waits
-   for after each call into the JVM;
+   took 1.4 s of the 12.4 s of CPU of a 20,000-event batch at 100K, and in the latency
+   phase about a fifth of a core at 100K, a third at 1M). The phase's producer runs in a
+   process of its own (:func:`latency_load`), as a service's producers do: in the
+   benchmark's process it held the interpreter lock the query's driver-side Python
+   (``foreachBatch``) waits for after each call into the JVM;
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
    (the same events, published the same way, to a topic of its own) through Spark with
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
