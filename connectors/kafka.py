@@ -32,7 +32,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, Producer
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.batch_producer import BatchProducer
@@ -509,8 +516,6 @@ class TopicReader:
         if topic not in md.topics or md.topics[topic].error is not None:
             self._consumer.close()
             raise KafkaServiceError(f"topic {topic} does not exist")
-        from confluent_kafka import TopicPartition
-
         self._partitions = sorted(md.topics[topic].partitions)
         if partitions is not None:
             missing = set(partitions) - set(self._partitions)
@@ -526,8 +531,6 @@ class TopicReader:
     def end_offsets(self, timeout: float = 10.0) -> dict[int, int]:
         """The offset the next record of each partition read will get (its high
         watermark), asked of the broker."""
-        from confluent_kafka import TopicPartition
-
         return {p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p),
                                                         timeout=timeout)[1]
                 for p in self._partitions}  # fmt: skip
