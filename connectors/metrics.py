@@ -146,7 +146,8 @@ class ServiceMetrics:
         )
         self.worker_reloads = Counter(
             "psmatch_worker_index_reloads",
-            "Times a worker rebuilt its index from Redis instead of replaying the change log "
+            "Times a worker built its index again (from its snapshot, the whole change log "
+            "or every subscription in Redis) instead of catching up from the change log "
             "(first use, a new executor, a worker that missed more than the retention, state "
             "rebuilt).",
             registry=r,

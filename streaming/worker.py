@@ -9,10 +9,12 @@ module memory: one index per shard it has been handed (:mod:`streaming.shards`; 
 gives no partition-to-executor affinity, so a process may be handed several shards over
 time), each holding only the subscriptions of its shard. For each task the driver names
 the subscription version of the batch; :func:`sync_index` brings the cached matcher to
-exactly that version by replaying the change log from Redis, or reloads every
-subscription from Redis (read whole, the shard's kept) when the log no longer reaches
-back far enough (first use, a worker that missed more than the retention, state
-rebuilt); both in bulk, ``add_many`` :data:`LOAD_CHUNK` subscriptions at a time, the
+exactly that version by replaying the change log from Redis, or reloads it when the
+log no longer reaches back far enough (first use, a worker that missed more than the
+retention, state rebuilt): from its snapshot (:mod:`streaming.snapshots`), else by
+replaying the whole change log from the empty state while the log still holds every
+change (:data:`REPLAY_PER_LIVE`), else from every subscription in Redis (read whole, the
+shard's kept); all in bulk, ``add_many`` :data:`LOAD_CHUNK` subscriptions at a time, the
 log read and the state scanned a chunk at a time, each stored subscription decoded
 (from the change log, its expression from the normal form the driver wrote beside it,
 not parsed again) inside a per-record barrier (one that cannot be decoded is left out
@@ -40,6 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, islice
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -93,6 +96,14 @@ SAMPLE_CHARS = 200
 RECORDS_CHUNK = SINK_CHUNK
 """Matches whose notification records are assembled together (:func:`match_rows`): what
 the sink then queues at once."""
+
+REPLAY_PER_LIVE = 2
+"""A reload replays the whole change log from the empty state, rather than parsing every
+live subscription, when the log still holds every change and at most this many per live
+subscription: a put replayed loads the normal form logged beside it, at about a third
+of the cost of a parse (:func:`index.language.load_normal_form`), and a delete costs
+less still. A fresh worker's PSTHash index of 100,000 BE-Gen subscriptions took 5.4-5.8 s
+of CPU from the log against 9.2-9.7 s from ``subs`` (docs/bench-streaming.md, stop 35)."""
 
 LOAD_CHUNK = 100_000
 """Subscriptions per ``add_many`` of a full reload. A bulk build holds its batch's parsed
@@ -184,10 +195,16 @@ class ShardMismatchError(PsmatchError):
     job's plan no longer partitions events by shard (a bug, never a record's fault)."""
 
 
+BuiltFrom = Literal["snapshot", "change log", "subscriptions"]
+"""Where a reload started from: an index snapshot, the empty state (the whole change log
+replayed), or every live subscription read from Redis."""
+
+
 @dataclass
 class WorkerIndex:
     """A matcher at a known version plus each subscription's notification key and head
-    by slot, holding the subscriptions of ``shard`` only."""
+    by slot, holding the subscriptions of ``shard`` only; ``replayed`` counts the changes
+    replayed into it from the log since ``built_from``."""
 
     matcher: Matcher
     version: int = 0
@@ -195,6 +212,7 @@ class WorkerIndex:
     reloads: int = 0
     replayed: int = 0
     shard: Shard = WHOLE
+    built_from: BuiltFrom = "change log"
 
     def apply(self, changes: Iterable[tuple[str, str | None, str | None]]) -> None:
         """Apply stored subscriptions and deletions (``(id, stored text, normal form)``,
@@ -320,14 +338,14 @@ def build_index(
     stored text), labelled ``version``: in bulk (:meth:`WorkerIndex.load`); should
     ``add_many`` raise, a fresh matcher is built one subscription at a time from a second
     ``read()``, so that only the culprits are left out."""
-    index = WorkerIndex(make_matcher(matcher), version, shard=shard)
+    index = WorkerIndex(make_matcher(matcher), version, shard=shard, built_from="subscriptions")
     try:
         index.load((sub_id, stored, None) for sub_id, stored in read())
         return index
     except Exception:  # the per-record barrier of the bulk path: find the culprits
         log.exception("indexing the stored subscriptions of version %d in bulk failed; "
                       "indexing them one by one", version)  # fmt: skip
-    index = WorkerIndex(make_matcher(matcher), version, shard=shard)
+    index = WorkerIndex(make_matcher(matcher), version, shard=shard, built_from="subscriptions")
     for sub_id, stored in read():
         if shard.holds(sub_id):
             index.put(sub_id, stored)
@@ -337,8 +355,9 @@ def build_index(
 def _reload(
     settings: WorkerSettings, store: StateStore, version: int, shard: Shard
 ) -> WorkerIndex:
-    """An index of ``shard`` brought to ``version`` from its snapshot, else from every
-    subscription in Redis (then saved as the new snapshot).
+    """An index of ``shard`` brought to ``version`` from its snapshot, else by replaying
+    the whole change log (:func:`_from_change_log`), else from every subscription in
+    Redis; the last two are then saved as the new snapshot.
 
     The subscriptions are streamed from Redis (:meth:`StateStore.scan`) into the
     matcher, never all held at once; what changed during the scan is then replayed from
@@ -346,6 +365,11 @@ def _reload(
     is read whole and atomically instead."""
     index = _from_snapshot(settings, store, version, shard)
     if index is not None:
+        return index
+    index = _from_change_log(settings, store, version, shard)
+    if index is not None:
+        if settings.snapshot_dir is not None:
+            _save_snapshot(settings, store, index)
         return index
     start = store.version()
     index = build_index(settings.matcher, start, store.scan, shard)
@@ -361,6 +385,31 @@ def _reload(
         index = build_index(settings.matcher, state_version, subs.items, shard)
     if settings.snapshot_dir is not None:
         _save_snapshot(settings, store, index)
+    return index
+
+
+def _from_change_log(
+    settings: WorkerSettings, store: StateStore, version: int, shard: Shard
+) -> WorkerIndex | None:
+    """The index of ``shard`` at ``version`` built by replaying the change log from
+    version 0, whose state is empty (no state starts elsewhere: ``rebuild-state`` moves
+    the version on and empties the log). ``None`` when the log no longer holds the first
+    change (trimmed, or emptied by a rebuild), when it holds more than
+    :data:`REPLAY_PER_LIVE` changes per live subscription (a churned state, cheaper to
+    read whole), or when the matcher raised. Cost: one ``HLEN`` and one single-entry
+    ``XRANGE`` to decide, then that of a catch-up of ``version`` changes."""
+    if version > REPLAY_PER_LIVE * store.count():
+        return None
+    index = WorkerIndex(make_matcher(settings.matcher), 0, shard=shard)
+    try:
+        if version:
+            _change_at(store, 1)  # the first change, or ChangeLogGapError
+        if not _catch_up(index, store, version):
+            return None
+    except ChangeLogGapError:
+        return None
+    log.info("built the index of %s by replaying the %d changes of the change log",
+             shard, version)  # fmt: skip
     return index
 
 
@@ -387,7 +436,8 @@ def _from_snapshot(
         log.warning("ignoring the index snapshot at version %d: the state is at %d (rebuilt?)",
                     snap.version, version)  # fmt: skip
         return None
-    index = WorkerIndex(snap.matcher, snap.version, snap.heads, shard=shard)
+    index = WorkerIndex(snap.matcher, snap.version, snap.heads, shard=shard,
+                        built_from="snapshot")  # fmt: skip
     try:
         last = _change_at(store, snap.version)
         if last is not None and change_digest(last) != snap.last_change:

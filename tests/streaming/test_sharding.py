@@ -119,7 +119,8 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
     exprs = random_subscriptions(rng, 150)
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
     indexes = [worker.sync_index(settings, 150, s) for s in range(SHARDS)]
-    assert all(index.reloads == 1 and index.replayed == 0 for index in indexes)
+    # each built by replaying the whole change log, its shard's changes kept
+    assert all(index.reloads == 1 and index.built_from == "change log" for index in indexes)
     assert all(0 < len(index.matcher) < len(exprs) for index in indexes)
     check_shards(indexes, exprs)
     # one process may hold several shards: one index each
@@ -136,7 +137,7 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
         del exprs[f"sub-{i}"]
     again = [worker.sync_index(settings, 180, s) for s in range(SHARDS)]
     assert [a is b for a, b in zip(again, indexes, strict=True)] == [True] * SHARDS
-    assert all(index.version == 180 and index.replayed == 30 for index in again)
+    assert all(index.version == 180 and index.replayed == 150 + 30 for index in again)
     check_shards(again, exprs)
 
     # snapshots, one per shard, written at the reload: each holds its shard only
@@ -147,7 +148,7 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
         assert {shard_of(sid, SHARDS) for sid in snap.matcher} == {s}
     worker._CACHE.clear()  # a new worker process
     started = [worker.sync_index(settings, 180, s) for s in range(SHARDS)]
-    assert all(index.replayed == 30 for index in started)
+    assert all(index.built_from == "snapshot" and index.replayed == 30 for index in started)
     assert "loaded the index snapshot of shard 2 of 3 at version 150" in caplog.text
     check_shards(started, exprs)
 
@@ -167,7 +168,7 @@ def test_a_snapshot_of_another_shard_or_shard_count_is_ignored(
         load_snapshot(folder, prefix, "psthash", Shard(1, SHARDS))
     worker._CACHE.clear()
     indexes = [worker.sync_index(settings, 60, s) for s in range(SHARDS)]
-    assert [index.replayed for index in indexes] == [0, 0, 0]  # 0, 2 loaded; 1 reloaded
+    assert [index.built_from for index in indexes] == ["snapshot", "change log", "snapshot"]
     assert "holds shard 0 of 3, not shard 1 of 3" in caplog.text
     assert "loaded the index snapshot of shard 0 of 3" in caplog.text
     assert "loaded the index snapshot of shard 1 of 3" not in caplog.text

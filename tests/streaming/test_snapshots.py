@@ -1,6 +1,7 @@
 """Index snapshots against a real Redis: a worker that starts loads the snapshot and
 replays only the change log after it; a corrupt, foreign or stale snapshot is detected
-and ignored (the worker reloads every subscription), and the index is right either way."""
+and ignored (the worker builds its index again: from the change log while it holds every
+change, else from every subscription), and the index is right either way."""
 
 from __future__ import annotations
 
@@ -55,7 +56,8 @@ def first_load(settings: WorkerSettings, store: StateStore) -> dict[str, str]:
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(12)}
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
     index = start_worker(settings, 12)
-    assert index.replayed == 0  # a full reload, which writes the snapshot
+    # no snapshot yet: the whole change log replayed, and the index saved as one
+    assert index.built_from == "change log"
     check(index, exprs)
     snap = load_snapshot(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
     assert snap.version == 12
@@ -90,10 +92,10 @@ def test_a_corrupt_snapshot_is_ignored(
     with pytest.raises(SnapshotError, match="corrupt"):
         load_snapshot(path.parent, settings.redis_prefix, "psthash")
     index = start_worker(settings, 12)
-    assert index.replayed == 0 and "is corrupt" in caplog.text
+    assert index.built_from == "change log" and "is corrupt" in caplog.text
     check(index, exprs)
     path.write_bytes(b"")  # truncated to nothing
-    assert start_worker(settings, 12).replayed == 0
+    assert start_worker(settings, 12).built_from == "change log"
     assert "is not a psmatch index snapshot" in caplog.text
 
 
@@ -112,7 +114,7 @@ def test_a_snapshot_of_other_index_code_is_ignored(
     with pytest.raises(SnapshotError, match="another version of the index code"):
         load_snapshot(path.parent, settings.redis_prefix, "psthash")
     index = start_worker(settings, 12)
-    assert index.replayed == 0 and "another version of the index code" in caplog.text
+    assert index.built_from == "change log" and "another version of the index code" in caplog.text
     check(index, exprs)
 
 
@@ -131,7 +133,8 @@ def test_a_snapshot_of_another_prefix_or_matcher_is_ignored(
         other_store.apply([put(0, "x", "a = 1")])
         shutil.copy(ours, snapshot_path(ours.parent, other_prefix, "psthash"))
         index = start_worker(other, 1)
-        assert index.replayed == 0 and f"not of 'psthash' for '{other_prefix}'" in caplog.text
+        assert index.built_from == "change log"
+        assert f"not of 'psthash' for '{other_prefix}'" in caplog.text
         check(index, {"x": "a = 1"})
         shutil.copy(ours, snapshot_path(ours.parent, settings.redis_prefix, "pstbloom"))
         with pytest.raises(SnapshotError, match="the snapshot of matcher 'psthash'"):
@@ -149,7 +152,7 @@ def test_a_stale_snapshot_or_one_of_another_state_is_ignored(
     store.apply([put(12 + i, f"s{i % 12}", "a = 3") for i in range(25)])
     exprs = {sid: "a = 3" for sid in exprs}
     index = start_worker(settings, 37)
-    assert index.replayed == 0 and "no longer reaches back to it" in caplog.text
+    assert index.built_from == "subscriptions" and "no longer reaches back to it" in caplog.text
     check(index, exprs)
     # Redis lost its data and the state was rebuilt, counting versions from 1 again:
     # a snapshot at a version the new state reaches, but of the old state
@@ -160,13 +163,13 @@ def test_a_stale_snapshot_or_one_of_another_state_is_ignored(
     store.apply([put(100 + i, f"t{i}", "b = 'y'") for i in range(40)])
     path.write_bytes(old)
     index = start_worker(settings, 41)
-    assert index.replayed == 0 and "it is of another state" in caplog.text
+    assert index.built_from == "subscriptions" and "it is of another state" in caplog.text
     check(index, {f"t{i}": "b = 'y'" for i in range(40)})
     # a snapshot newer than the state
     store.clear()
     store.apply([put(0, "u", "a = 0")])
     index = start_worker(settings, 1)
-    assert index.replayed == 0 and "the state is at 1" in caplog.text
+    assert index.built_from == "change log" and "the state is at 1" in caplog.text
     check(index, {"u": "a = 0"})
 
 

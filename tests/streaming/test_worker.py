@@ -132,13 +132,13 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
 ) -> None:
     settings, store = state
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
-    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
-    # hand-edited Redis: a record that is not JSON and one whose expression does not parse
-    store.client.hset(store.k_subs, mapping={"bad-json": "{", "bad-expr": dumps_record(
-        "a <", "who", {})})  # fmt: skip
+    # a state rebuilt (so with an empty change log: the worker reads every subscription),
+    # as if by hand: a record that is not JSON and one whose expression does not parse
+    store.rebuild({sid: dumps_record(e, "who", {}) for sid, e in exprs.items()}
+                  | {"bad-json": "{", "bad-expr": dumps_record("a <", "who", {})})
     calls = Calls(monkeypatch, settings.matcher)
-    index = worker.sync_index(settings, 40)
-    assert (calls.add, calls.add_many) == (0, 1)
+    index = worker.sync_index(settings, 1)
+    assert (calls.add, calls.add_many) == (0, 1) and index.built_from == "subscriptions"
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
@@ -150,8 +150,8 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     store.apply(changes)
     exprs |= {"s1": "a = 5", "new": "a < 2"}
     del exprs["s2"], exprs["s3"]
-    same = worker.sync_index(settings, 46)
-    assert same is index and index.version == 46 and index.reloads == 1
+    same = worker.sync_index(settings, 7)
+    assert same is index and index.version == 7 and index.reloads == 1
     assert (calls.add, calls.add_many) == (0, 2)
     index.check()
     assert set(index.matcher) == set(exprs)
@@ -177,7 +177,8 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     calls = Calls(monkeypatch, settings.matcher)
     caplog.set_level(logging.INFO, logger=worker.log.name)
     same = worker.sync_index(settings, 180)
-    assert same is index and index.reloads == 1 and index.replayed == 150
+    # its first load replayed the log's first 30 changes (a fresh worker, the log whole)
+    assert same is index and index.reloads == 1 and index.replayed == 30 + 150
     assert calls.add_many == 8  # a bulk add per group: 150 = 7 * 20 + 10
     progress = [r.getMessage() for r in caplog.records if "replayed" in r.getMessage()]
     assert len(progress) == 8
@@ -210,7 +211,7 @@ def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
     monkeypatch.setattr(StateStore, "change_chunks", watched)
     assert gc.isenabled()
     same = worker.sync_index(settings, 31)
-    assert same is index and index.replayed == 30
+    assert same is index and index.replayed == 1 + 30
     assert collector_on == [False] * 5 and gc.isenabled()
     index.check()
     assert len(index.matcher) == 31
@@ -242,12 +243,67 @@ def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
 
     monkeypatch.setattr(records, "parse_subscription", counted)
     same = worker.sync_index(settings, 33)
-    assert same is index and index.replayed == 32
+    assert same is index and index.replayed == 1 + 32
     assert parsed == ["b = 'y'"]
     index.check()
     exprs["parsed"] = "b = 'y'"
     assert set(index.matcher) == set(exprs)  # "old" left out, its previous version removed
     assert matches(index) == expected(exprs)
+
+
+def logged(offset: int, sub_id: str, expr: str) -> SourceChange:
+    """A put as the job logs it: validated, with the normal form beside the record."""
+    change = parse_subscription_record(sub_id.encode(), subscription_value(expr, "who", {}))
+    return SourceChange("subs:0", offset, sub_id, change.stored, change.normal_form)
+
+
+def test_a_fresh_worker_replays_the_whole_change_log_while_it_holds_every_change(
+    state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker with no index builds it from the empty state by replaying the change log,
+    loading each logged normal form and parsing nothing, as long as the log holds every
+    change and at most REPLAY_PER_LIVE per live subscription; otherwise (a churned state,
+    a trimmed log) it reads every live subscription and parses it."""
+    settings, store = state
+    parsed: list[str] = []
+    parse = records.parse_subscription
+
+    def counted(text: str) -> Subscription:
+        parsed.append(text)
+        return parse(text)
+
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
+    store.apply([logged(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    store.apply([logged(30, "s0", "a = 5"), SourceChange("subs:0", 31, "s1", None)])
+    exprs["s0"] = "a = 5"
+    del exprs["s1"]
+    monkeypatch.setattr(records, "parse_subscription", counted)
+    index = worker.sync_index(settings, 32)
+    assert (index.built_from, index.version, index.replayed) == ("change log", 32, 32)
+    assert parsed == []
+    index.check()
+    assert matches(index) == expected(exprs)
+
+    # churn: 29 live subscriptions, 32 + 40 changes, more than 2 per live one
+    store.apply([logged(32 + i, f"s{i % 10 + 2}", f"a < {i % 4}") for i in range(40)])
+    exprs |= {f"s{i % 10 + 2}": f"a < {i % 4}" for i in range(40)}
+    worker._CACHE.clear()  # a new worker process
+    parsed.clear()
+    index = worker.sync_index(settings, 72)
+    assert (index.built_from, index.version) == ("subscriptions", 72)
+    assert sorted(parsed) == sorted(exprs.values())
+    assert matches(index) == expected(exprs)
+
+    # the log trimmed (retention 10): its first change is gone
+    store.clear()
+    store.retention = 10
+    store.apply([logged(i, f"t{i}", "b = 'x'") for i in range(15)])
+    store.apply([logged(15 + i, f"t{i}", "b = 'y'") for i in range(15)])
+    worker._CACHE.clear()
+    parsed.clear()
+    index = worker.sync_index(settings, 30)
+    assert (index.built_from, len(parsed)) == ("subscriptions", 15)
+    assert matches(index) == expected({f"t{i}": "b = 'y'" for i in range(15)})
 
 
 def test_a_reload_drops_the_old_index_first(
@@ -335,17 +391,19 @@ def test_a_reload_ends_at_the_state_that_the_log_reaches_whatever_changed_while_
     store.retention = retention
     monkeypatch.setattr(StateStore, "SCAN_CHUNK", 4)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
-    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    # rebuilt, at version 1: the log does not reach back to the empty state
+    store.rebuild({sid: dumps_record(e, "who", {}) for sid, e in exprs.items()})
     writes = [put(30, "s0", "a = 5"), SourceChange("subs:0", 31, "s29", None),
               put(32, "late", "b = 'x'"), SourceChange("subs:0", 33, "s1", None),
               put(34, "s1", "a < 2")]  # fmt: skip
     scan_with_writes(store, monkeypatch, 10, writes)
     caplog.set_level(logging.INFO, logger=worker.log.name)
-    index = worker.sync_index(settings, 35)
+    index = worker.sync_index(settings, 6)
     exprs |= {"s0": "a = 5", "late": "b = 'x'", "s1": "a < 2"}
     del exprs["s29"]
     index.check()
-    assert index.version == 35 and set(index.matcher) == set(exprs)
+    assert index.version == 6 and index.built_from == "subscriptions"
+    assert set(index.matcher) == set(exprs)
     assert len(index.matcher) == len(exprs)
     assert matches(index) == expected(exprs)
     read_again = "changed too much while it was read" in caplog.text
