@@ -6,7 +6,10 @@ the Spark job in this process and measures:
 
 1. *throughput*: a backlog of events is published at once and drained; events/s in and
    notifications/s out while draining;
-2. *latency*: events are published at a fixed rate for a while; publish → notification
+2. *latency*: events are published at a fixed rate for a while (after ``--warm-up``
+   seconds at that rate, whose events are not measured: the benchmark starts the broker
+   and Spark, and their JVMs spend the first minute of steady load compiling their hot
+   code); publish → notification
    latency (p50, p99) at the configured trigger: the time the broker appended the
    notification, when a consumer can first read it (the benchmark creates the
    notifications topic with ``message.timestamp.type=LogAppendTime``), minus the event
@@ -58,7 +61,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from datetime import datetime
 from itertools import pairwise
 from multiprocessing.connection import Connection
@@ -91,17 +94,19 @@ are spread over the partitions by the hash of their subscription id, so one part
 is a sample of them all)."""
 
 
-def sampled_latencies(bootstrap_servers: str, topic: str, start: int) -> list[float]:
-    """Publish → notification latency (ms) of every :data:`SAMPLE_EVERY`-th notification
-    of partition 0 of ``topic`` from offset ``start`` to its end: the record's timestamp,
-    the broker's append time (``LogAppendTime``), minus its event's Kafka timestamp."""
+def sampled_latencies(bootstrap_servers: str, topic: str, start: int
+                      ) -> list[tuple[int, float]]:  # fmt: skip
+    """``(event timestamp, publish → notification latency)`` (ms) of every
+    :data:`SAMPLE_EVERY`-th notification of partition 0 of ``topic`` from offset
+    ``start`` to its end: the record's timestamp, the broker's append time
+    (``LogAppendTime``), minus its event's Kafka timestamp."""
     latencies = []
     with TopicReader(bootstrap_servers, topic, partitions=[0], offsets={0: start}) as reader:
         while not reader.at_end:
             for record in reader.poll(0.5, max_records=50_000)[::SAMPLE_EVERY]:
                 event_ts = json.loads(record.value or b"{}").get("event_timestamp")
                 if event_ts:
-                    latencies.append(record.timestamp_ms - event_ts)
+                    latencies.append((event_ts, record.timestamp_ms - event_ts))
     return latencies
 
 
@@ -180,6 +185,9 @@ def main() -> int:
     ap.add_argument("--backlog", type=int, default=20_000, help="events of the throughput phase")
     ap.add_argument("--rate", type=float, default=1000, help="events/s of the latency phase")
     ap.add_argument("--duration", type=float, default=60, help="seconds of the latency phase")
+    ap.add_argument("--warm-up", type=float, default=60,
+                    help="seconds of load at --rate before the latency phase, not measured: "
+                         "the JVMs the benchmark starts compile their hot code meanwhile")
     ap.add_argument("--trigger", type=float, default=1.0)
     ap.add_argument("--matcher", default="psthash")
     ap.add_argument("--shards", type=int, default=1,
@@ -321,36 +329,47 @@ def main() -> int:
 
         # 2. latency at a fixed rate; the notifications are read once it is over, so that
         # no consumer takes CPU from the service on the shared cores while it runs
-        first = len(reports)
+        # after a warm-up at the same rate, whose events are matched but not measured
         base = sum(r.events for r in reports)
-        last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
-        n = int(args.rate * args.duration)
+        n_warm, n = int(args.rate * args.warm_up), int(args.rate * args.duration)
         with TopicReader(config.bootstrap_servers, config.notifications_topic,
                          from_beginning=False, partitions=[0]) as reader:  # fmt: skip
             start = reader.end_offsets()[0]
         conn, child_conn = SPAWN.Pipe()
         load = SPAWN.Process(target=latency_load, name="psmatch-bench-load", daemon=True, args=(
-            config.bootstrap_servers, config.events_topic, events, args.rate, args.duration,
-            child_conn))  # fmt: skip
-        cpu0, started = cpu_by_process(), time.perf_counter()
+            config.bootstrap_servers, config.events_topic, events, args.rate,
+            args.warm_up + args.duration, child_conn))  # fmt: skip
         load.start()
+        if args.warm_up:
+            log.info("latency: %.0f s of warm-up at %.0f events/s", args.warm_up, args.rate)
+            time.sleep(args.warm_up)
+        first = len(reports)
+        last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
+        measured_from_ms = time.time() * 1000
+        # the load, which ends before the phase's CPU is read, is in no row
+        cpu0, started = cpu_by_process(exclude={load.pid or 0}), time.perf_counter()
         sent_s = conn.recv()
-        wait(lambda: sum(r.events for r in reports) - base >= n, 900, query,
-             lambda: f"latency: {sum(r.events for r in reports) - base:,} of {n:,} events "
-             "matched")  # fmt: skip
+        wait(lambda: sum(r.events for r in reports) - base >= n_warm + n, 900, query,
+             lambda: f"latency: {sum(r.events for r in reports) - base:,} of "
+             f"{n_warm + n:,} events matched")  # fmt: skip
         load_cpu_s = conn.recv()
         load.join()
         latency_cpu_s, latency_phase_s = cpu_since(cpu0), time.perf_counter() - started
-        lat = sampled_latencies(config.bootstrap_servers, config.notifications_topic, start)
+        sampled = sampled_latencies(config.bootstrap_servers, config.notifications_topic, start)
+        lat = [ms for event_ts, ms in sampled if event_ts >= measured_from_ms]
+        warm = [ms for event_ts, ms in sampled if event_ts < measured_from_ms]
         # the distribution, for the plot: 200 quantiles
         results["latency_quantiles_ms"] = [pct(lat, q / 200) for q in range(201)]
         produced = sum(r.notifications for r in reports[first:])
         results["latency"] = {
             "rate_target": args.rate,
-            "rate_sent": n / sent_s,
+            "rate_sent": (n_warm + n) / sent_s,
             "events": n,
+            "warm_up_s": args.warm_up,
+            "warm_up_p50_ms": pct(warm, 0.50),
+            "warm_up_p99_ms": pct(warm, 0.99),
             "notifications": produced,
-            "notifications_per_s": produced / sent_s,
+            "notifications_per_s": produced / latency_phase_s,
             "latency_samples": len(lat),
             "load_cpu_s": load_cpu_s,
             "cpu_s": latency_cpu_s,
@@ -415,14 +434,16 @@ PROCESS_KINDS = (
 """Each kind of process the CPU table names, and what its command line holds."""
 
 
-def cpu_by_process() -> dict[str, float]:
-    """CPU seconds (user + system) used so far by every process of this machine, summed
-    by kind (:data:`PROCESS_KINDS`; this process and its other children are the
-    benchmark: its producers, its latency consumer and the query's driver-side Python).
-    The difference of two calls is what each kind used in between (Linux ``/proc``)."""
+def cpu_by_process(exclude: Container[int] = ()) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by every process of this machine but
+    ``exclude``, summed by kind (:data:`PROCESS_KINDS`; this process and its other
+    children are the benchmark: its producers and the query's driver-side Python). The
+    difference of two calls is what each kind used in between (Linux ``/proc``)."""
     ticks = os.sysconf("SC_CLK_TCK")
     used: dict[str, float] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) in exclude:
+            continue
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
@@ -563,8 +584,9 @@ def _cpu_rows(r: dict[str, Any]) -> str:
 CPU_TABLE = """CPU seconds each kind of process used while subscribing (from the first subscription
 published to the last applied, the workers caught up), while the backlog drained (from
 the first event published to the last one read) and in the latency phase ({phase_s:.1f} s,
-from starting the load process to its end; the load's own CPU, above, is in no row: it
-has exited when the phase's figures are read); `/proc`, all processes of the machine:
+from the end of the warm-up to the end of the load; the load's own CPU, above, is in no
+row: it has exited when the phase's figures are read); `/proc`, all processes of the
+machine:
 
 | process | subscribing | psmatch's backlog | the ceiling's | the latency phase |
 | --- | --- | --- | --- | --- |
@@ -611,7 +633,7 @@ up) | {r["subscribe_s"]:.1f} s |
 | latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
 | publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
-| latency phase: CPU of the load process (its producer) | \
+{_warm_up_row(lat)}| latency phase: CPU of the load process (its producer, warm-up included) | \
 {lat["load_cpu_s"]:.1f} s |
 {_churn_row(r)}| Python worker peak resident memory (the most of any worker) | \
 {r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
@@ -632,6 +654,14 @@ that read events; `addBatch` is psmatch's `foreachBatch`, the rest Spark's own s
 | step (latency phase) | ms |
 | --- | --- |
 {_spark_rows(lat["spark_ms"])}"""
+
+
+def _warm_up_row(lat: dict[str, Any]) -> str:
+    """The warm-up's latencies, not measured above (no row without a warm-up)."""
+    if not lat.get("warm_up_s"):
+        return ""
+    return (f"| the {lat['warm_up_s']:.0f} s of warm-up before it, at the same rate: p50 / "
+            f"p99 | {lat['warm_up_p50_ms']:,.0f} / {lat['warm_up_p99_ms']:,.0f} ms |\n")
 
 
 def _churn_row(r: dict[str, Any]) -> str:
@@ -741,7 +771,7 @@ up) | {r["subscribe_s"]:.1f} s |
 | notifications/s out (latency phase) | {lat["notifications_per_s"]:,.0f} |
 | publish → notification latency p50 / p99 / max | {lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f} / {lat["max_ms"]:,.0f} ms |
-{_churn_row(r)}
+{_warm_up_row(lat)}{_churn_row(r)}
 Where a batch's time goes (mean per batch with events; backlog phase:
 {tp["breakdown"]["batches"]:.0f} batches of {tp["breakdown"]["events_per_batch"]:,.0f} events;
 latency phase:
