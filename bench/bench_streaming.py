@@ -696,6 +696,7 @@ def record_run(directory: Path, r: dict[str, Any]) -> list[dict[str, Any]]:
         "events_per_s": r["throughput"]["events_per_s"],
         "ceiling_events_per_s": r["ceiling"]["events_per_s"],
         "rate_sent": r["latency"]["rate_sent"],
+        "warm_up_s": r["latency"]["warm_up_s"],
         "latency_quantiles_ms": r["latency_quantiles_ms"],
     }  # fmt: skip
     same = ("subscriptions", "matcher", "shards")
@@ -737,7 +738,8 @@ def plot(runs: list[dict[str, Any]], directory: Path) -> None:
         q = x["latency_quantiles_ms"]
         ax.plot([v / 1000 for v in q], [i / (len(q) - 1) for i in range(len(q))],
                 label=f"{x['subscriptions']:,} subs, {label(x)}, "
-                      f"{x['rate_sent']:,.0f} events/s offered")  # fmt: skip
+                      f"{x['rate_sent']:,.0f} events/s offered, "
+                      f"{x.get('warm_up_s', 0):.0f} s warm-up ({x['commit']})")  # fmt: skip
     ax.set(xlabel="publish → notification latency (s)", ylabel="share of notifications",
            title="Latency distribution (latency phase, 1 s trigger)")  # fmt: skip
     ax.grid(True, alpha=0.3)
