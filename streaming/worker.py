@@ -357,35 +357,37 @@ def _reload(
 ) -> WorkerIndex:
     """An index of ``shard`` brought to ``version`` from its snapshot, else by replaying
     the whole change log (:func:`_from_change_log`), else from every subscription in
-    Redis; the last two are then saved as the new snapshot.
-
-    The subscriptions are streamed from Redis (:meth:`StateStore.scan`) into the
-    matcher, never all held at once; what changed during the scan is then replayed from
-    the change log. Should the log no longer reach back to the scan's start, the state
-    is read whole and atomically instead."""
+    Redis (:func:`_from_subscriptions`); the last two are then saved as the new
+    snapshot."""
     index = _from_snapshot(settings, store, version, shard)
     if index is not None:
         return index
-    index = _from_change_log(settings, store, version, shard)
-    if index is not None:
-        if settings.snapshot_dir is not None:
-            _save_snapshot(settings, store, index)
-        return index
-    start = store.version()
-    index = build_index(settings.matcher, start, store.scan, shard)
+    index = (_from_change_log(settings, store, version, shard)
+             or _from_subscriptions(settings, store, shard))  # fmt: skip
+    if settings.snapshot_dir is not None:
+        _save_snapshot(settings, store, index)
+    return index
+
+
+def _from_subscriptions(settings: WorkerSettings, store: StateStore, shard: Shard
+                        ) -> WorkerIndex:  # fmt: skip
+    """The index of ``shard`` built from every subscription in Redis, at the state's
+    version. The subscriptions are streamed from Redis (:meth:`StateStore.scan`) into the
+    matcher, never all held at once; what changed during the scan is then replayed from
+    the change log. Should the log no longer reach back to the scan's start, the state
+    is read whole and atomically instead."""
+    index = build_index(settings.matcher, store.version(), store.scan, shard)
     try:
         caught_up = _catch_up(index, store, store.version())
     except ChangeLogGapError:
         caught_up = False
-    if not caught_up:
-        log.info("the subscription state changed too much while it was read; reading it "
-                 "again, whole")  # fmt: skip
-        del index  # never two indexes at once
-        state_version, subs = store.snapshot()
-        index = build_index(settings.matcher, state_version, subs.items, shard)
-    if settings.snapshot_dir is not None:
-        _save_snapshot(settings, store, index)
-    return index
+    if caught_up:
+        return index
+    log.info("the subscription state changed too much while it was read; reading it "
+             "again, whole")  # fmt: skip
+    del index  # never two indexes at once
+    state_version, subs = store.snapshot()
+    return build_index(settings.matcher, state_version, subs.items, shard)
 
 
 def _from_change_log(
