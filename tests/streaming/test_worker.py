@@ -37,6 +37,7 @@ from streaming.records import (
     subscription_value,
 )
 from streaming.worker import SAMPLE_CHARS, TaskMetrics, WorkerSettings, match_batches
+from tests.streaming.worker_state import put
 
 
 def test_an_unreachable_redis_fails_the_task_and_rejects_nothing() -> None:
@@ -88,10 +89,6 @@ def state(services: LocalServices) -> Iterator[tuple[WorkerSettings, StateStore]
     yield settings, store
     worker._CACHE.clear()
     store.clear()
-
-
-def put(offset: int, sub_id: str, expr: str) -> SourceChange:
-    return SourceChange("subs:0", offset, sub_id, dumps_record(expr, "who", {}))
 
 
 EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
@@ -217,6 +214,12 @@ def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
     assert len(index.matcher) == 31
 
 
+def logged(offset: int, sub_id: str, expr: str) -> SourceChange:
+    """A put as the job logs it: validated, with the normal form beside the record."""
+    change = parse_subscription_record(sub_id.encode(), subscription_value(expr, "who", {}))
+    return SourceChange("subs:0", offset, sub_id, change.stored, change.normal_form)
+
+
 def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
     state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -227,10 +230,7 @@ def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
     store.apply([put(0, "old", "a = 9")])
     index = worker.sync_index(settings, 1)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
-    changes = []
-    for offset, (sid, expr) in enumerate(exprs.items(), 1):
-        change = parse_subscription_record(sid.encode(), subscription_value(expr, "who", {}))
-        changes.append(SourceChange("subs:0", offset, sid, change.stored, change.normal_form))
+    changes = [logged(offset, sid, expr) for offset, (sid, expr) in enumerate(exprs.items(), 1)]
     changes += [put(31, "parsed", "b = 'y'"), SourceChange(
         "subs:0", 32, "old", dumps_record("a = 1", "who", {}), '[[["a",0,["1",true,1,true]]]]')]
     store.apply(changes)
@@ -249,12 +249,6 @@ def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
     exprs["parsed"] = "b = 'y'"
     assert set(index.matcher) == set(exprs)  # "old" left out, its previous version removed
     assert matches(index) == expected(exprs)
-
-
-def logged(offset: int, sub_id: str, expr: str) -> SourceChange:
-    """A put as the job logs it: validated, with the normal form beside the record."""
-    change = parse_subscription_record(sub_id.encode(), subscription_value(expr, "who", {}))
-    return SourceChange("subs:0", offset, sub_id, change.stored, change.normal_form)
 
 
 def test_a_fresh_worker_replays_the_whole_change_log_while_it_holds_every_change(
