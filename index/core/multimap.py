@@ -34,6 +34,7 @@ from index.core.columns import (
     insert_sorted_in_place,
     set_bits,
 )
+from index.core.heap import release_free_heap
 from index.errors import PsmatchError
 
 Filter = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -224,7 +225,13 @@ class MultiMap:
 
         In place, because at 1M BE-Gen subscriptions PSTHash's table has 23M entries
         under 21M keys: numpy's per-key ``reduceat`` and the new offsets' ``cumsum`` took
-        1.6 of a purge's 2.2 s, besides a copy of every column."""
+        1.6 of a purge's 2.2 s, besides a copy of every column.
+
+        What the compaction freed is given back to the system at the end
+        (:func:`index.core.heap.release_free_heap`): a purge compacts several
+        structures in turn, and glibc keeps each one's freed temporaries (blocks of up
+        to 32 MiB come from its heap) where the next one's do not fit, so that without
+        it their pages added up in a worker's peak."""
         self._merge_delta()
         if keep is not None:
             kept = self._kept_entries(keep)
@@ -237,6 +244,7 @@ class MultiMap:
             self._values.resize(n_values, refcheck=False)
             self._main_directory = None
         self._filter = KeyFilter(self._keys, len(self._keys) + MERGE_MIN)
+        release_free_heap()
 
     def _kept_entries(self, keep: Filter) -> np.ndarray:
         """The mask of main's entries ``keep`` accepts, asked one block of

@@ -22,6 +22,7 @@ from operator import attrgetter
 import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges, set_bits
+from index.core.heap import release_free_heap
 from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Predicate
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
@@ -30,7 +31,7 @@ from index.pstree.kernels import ROW_HI, ROW_INTERVALS, ROW_LO, ROW_TREE, verify
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
 out, is *near-full* (:func:`near_full`)."""
-ROW_BLOCK = 1 << 20
+ROW_BLOCK = 1 << 18
 """Rows :meth:`ConjunctStore.row_table` computes hulls for, and
 :meth:`ConjunctStore.compact` moves, at once: their temporaries, a few int64 columns,
 are a block's (the whole table's were about 190 MiB at 5M rows, above the 76 MiB table,
@@ -346,7 +347,8 @@ class ConjunctStore:
         so no block overwrites rows a later block has still to read), and the columns
         are then shrunk. The temporaries are a block's and a column of the live cids:
         expanded and copied whole, they raised a 1M worker's peak by 230 MiB at each
-        purge under churn."""
+        purge under churn. What they freed is given back to the system at the end, as
+        :meth:`index.core.multimap.MultiMap.compact` does."""
         if not self.dead_rows:
             return
         cids = np.flatnonzero(self.registry.alive.view())
@@ -363,6 +365,7 @@ class ConjunctStore:
             column.truncate(iv_to)
         self.dead_rows = 0
         self._hulls_version = -1
+        release_free_heap()
 
     @property
     def _predicate_columns(self) -> tuple[GrowableArray, ...]:
