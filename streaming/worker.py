@@ -105,11 +105,16 @@ of the cost of a parse (:func:`index.language.load_normal_form`), and a delete c
 less still. A fresh worker's PSTHash index of 100,000 BE-Gen subscriptions took 5.4-5.8 s
 of CPU from the log against 9.2-9.7 s from ``subs`` (docs/bench-streaming.md, stop 35)."""
 
-LOAD_CHUNK = 100_000
-"""Subscriptions per ``add_many`` of a full reload. A bulk build holds its batch's parsed
-subscriptions and new columns beside the index; in chunks that is one chunk's, at about
-5 % more CPU (1M BE-Gen PSTHash built in one call: peak 1,480 MiB; in chunks of 100,000:
-1,351 MiB)."""
+LOAD_CHUNK = 25_000
+"""Subscriptions per ``add_many`` of a reload, and changes per group of a catch-up. A
+group's changes (their stored texts and normal forms) and a bulk build's new columns are
+held beside the index; in groups that is one group's (1M BE-Gen PSTHash built in one
+call: peak 1,480 MiB; in chunks of 100,000: 1,351 MiB). Groups of 25,000 rather than
+100,000 lowered a 1M PSTHash process's peak from 994 to 936 MiB while building and from
+1,040 to 993 MiB while 200,000 of them were replaced, for the same CPU; a PSTBloom
+build, which signs its conjuncts once at the next match rather than after each
+``add_many``, took 126 s of CPU against 134 s in chunks of 100,000 (scratch runs of stop
+36, docs/bench-streaming.md)."""
 
 
 @dataclass(slots=True)
@@ -490,13 +495,12 @@ def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerInd
 def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     """Replay the change log into ``index`` up to version ``upto``, read a chunk at a
     time (:meth:`StateStore.change_chunks`) and applied in bulk :data:`LOAD_CHUNK`
-    changes at a time (a bulk insert has a fixed cost, PSTBloom's a pass over all its
-    signatures), the index's version noted after each: a catch-up of any length holds
-    one such group of changes, and in between the index is whole at its version. False
-    (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError` if the
-    log no longer reaches back to the index's version (the index stays whole at its
-    version). A catch-up of more than one group logs its progress after each (at 1M
-    subscriptions a group takes about 15 s)."""
+    changes at a time, the index's version noted after each: a catch-up of any length
+    holds one such group of changes, and in between the index is whole at its version.
+    False (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError`
+    if the log no longer reaches back to the index's version (the index stays whole at
+    its version). A catch-up of more than one group logs its progress after each (at 1M
+    subscriptions a group takes about 2 s)."""
     pending: list[Change] = []
     start = index.version
     with gc_paused():  # the changes read and decoded: see index.core.heap

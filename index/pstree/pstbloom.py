@@ -19,11 +19,13 @@ space sized from its own member count, as the paper's pitfall list advises. Betw
 builds a split space shares its parent's filter (its members are the same); conjuncts
 added since the last build skip the signature test and go straight to exact
 verification, and removed ones leave stale bits (extra false positives, never false
-drops). The signatures are rebuilt when the additions since the last build exceed a
-tenth of the index or the removals a quarter. Predicates that cover more than
-:data:`WIDE_SPACES` spaces (``!=``, ``not in``, wide ranges) are not put into
-signatures: a filter holding nearly every conjunct of its tree rejects almost nothing
-and costs memory in every space; verification checks them instead.
+drops). The signatures are rebuilt, at the next match, when the additions since the
+last build exceed a tenth of the index or the removals a quarter, or after a bulk add
+(``add_many``): a rebuild costs a pass over every live conjunct, so a reload or
+catch-up made of many ``add_many`` calls pays for one, not one per call. Predicates
+that cover more than :data:`WIDE_SPACES` spaces (``!=``, ``not in``, wide ranges) are
+not put into signatures: a filter holding nearly every conjunct of its tree rejects
+almost nothing and costs memory in every space; verification checks them instead.
 
 Cost per event: locating O(|E| log m), candidates O(c), signature tests O(c x p) with
 early exit, verification of the survivors.
@@ -79,6 +81,7 @@ class PSTBloomMatcher(ForestMatcher):
         self.sig_mask = GrowableArray(np.uint64)  # per cid: bit k = predicate k is signed
         self._added_since_build = 0
         self._removed_since_build = 0
+        self._bulk_since_build = False
 
     # -- filing ------------------------------------------------------------------------
 
@@ -117,7 +120,9 @@ class PSTBloomMatcher(ForestMatcher):
             column[new[inside]] = column[parents[inside]][:, None]
 
     def _finish_bulk(self) -> None:
-        self.build_signatures()
+        """The bulk-added conjuncts are signed at the next match (see the module
+        docstring)."""
+        self._bulk_since_build = True
 
     def _posting_maps(self) -> list[MultiMap]:
         return [self.lists]
@@ -174,6 +179,7 @@ class PSTBloomMatcher(ForestMatcher):
         self.sig_mask.replace(mask)
         self._added_since_build = 0
         self._removed_since_build = 0
+        self._bulk_since_build = False
 
     def _signed(self, cids: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray],
                                                  tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -200,7 +206,7 @@ class PSTBloomMatcher(ForestMatcher):
 
     def _signatures_stale(self) -> bool:
         live = max(self.registry.live, 1)
-        return (self._added_since_build > max(1024, live // 10)
+        return (self._bulk_since_build or self._added_since_build > max(1024, live // 10)
                 or self._removed_since_build > max(1024, live // 4))
 
     def _signature_test(self, sids: np.ndarray, cids: np.ndarray) -> np.ndarray:
