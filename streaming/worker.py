@@ -500,7 +500,7 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     False (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError`
     if the log no longer reaches back to the index's version (the index stays whole at
     its version). A catch-up of more than one group logs its progress after each (at 1M
-    subscriptions a group takes about 2 s)."""
+    subscriptions a group takes about 1.5 s)."""
     pending: list[Change] = []
     start = index.version
     with gc_paused():  # the changes read and decoded: see index.core.heap

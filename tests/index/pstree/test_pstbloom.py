@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from index import make_matcher
 from index.pstree import pstbloom
+from index.pstree.pstbloom import PSTBloomMatcher
 from tests.index.strategies import events, expressions, parsed
 
 
@@ -54,6 +55,26 @@ def test_signatures_reject_candidates_whose_other_predicate_misses():
     # Every conjunct's second predicate (b = i) is narrow, so it is signed.
     assert (bloom.sig_mask.view() != 0).all()
     assert bloom.match({"a": 3, "b": 4}) == set()
+
+
+def test_bulk_adds_between_two_matches_are_signed_by_one_build():
+    """A reload or catch-up is many ``add_many`` calls: they pay for one pass over the
+    live conjuncts, at the next match, not one each."""
+    bloom = make_matcher("pstbloom")
+    build = PSTBloomMatcher.build_signatures
+    with patch.object(PSTBloomMatcher, "build_signatures", autospec=True,
+                      side_effect=build) as counted:
+        for start in range(0, 200, 50):
+            bloom.add_many([(str(i), f"a = {i} and b = {i}") for i in range(start, start + 50)])
+            bloom.check()
+        assert counted.call_count == 0
+        assert bloom.match({"a": 3, "b": 3}) == {"3"}
+        assert bloom.match({"a": 199, "b": 199}) == {"199"}
+        assert counted.call_count == 1
+        bloom.add_many([("200", "a = 200 and b = 200")])
+        assert bloom.match({"a": 200, "b": 200}) == {"200"}
+        assert counted.call_count == 2
+    assert (bloom.sig_mask.view() != 0).all()
 
 
 @given(st.lists(expressions(), min_size=1, max_size=60), st.integers(1, 7))
