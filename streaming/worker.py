@@ -367,8 +367,9 @@ def _reload(
     index = _from_snapshot(settings, store, version, shard)
     if index is not None:
         return index
-    index = (_from_change_log(settings, store, version, shard)
-             or _from_subscriptions(settings, store, shard))  # fmt: skip
+    index = _from_change_log(settings, store, version, shard)
+    if index is None:  # not `or`: an index's truth must not decide how it is built
+        index = _from_subscriptions(settings, store, shard)
     if settings.snapshot_dir is not None:
         _save_snapshot(settings, store, index)
     return index
