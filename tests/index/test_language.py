@@ -16,12 +16,14 @@ from index.events import flatten_event
 from index.language import (
     MAX_CONJUNCTS,
     Comparison,
+    Conjunct,
     Interval,
     Kind,
     Predicate,
     _Normaliser,
     _parse_conjunction,
     _Parser,
+    _simple_conjunct,
     dump_normal_form,
     load_normal_form,
     parse_expression,
@@ -281,6 +283,45 @@ def test_a_conjunction_of_comparisons_normalises_as_the_general_case_with_the_sa
     fast = " and ".join(parts)
     general = " and ".join([*parts[:-1], f"not not {parts[-1]}"])
     assert normal_form(fast) == normal_form(general)
+
+
+def normalised(text: str) -> str:
+    """The normal form the parser and the general normaliser give ``text`` (its repr,
+    which tells 1 from 1.0 and True), or the error's type."""
+    try:
+        raw = _Normaliser(text).dnf(_Parser(text).parse())
+    except ExpressionError as error:
+        return type(error).__name__
+    return repr([Conjunct(tuple(sorted(c.values(), key=lambda p: p.attribute))) for c in raw])
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(conjunction_texts(),
+                 st.lists(comparisons(), min_size=1, max_size=3).map(" and ".join)))
+def test_the_simple_conjunct_is_the_general_normal_form_or_leaves_it_the_text(text):
+    simple = _simple_conjunct(text)
+    if simple is not None:
+        assert repr([simple]) == normalised(text)
+        assert parse_subscription(text).conjuncts == (simple,)
+
+
+def test_the_simple_conjunct_takes_every_simple_operator_of_numbers_and_strings():
+    text = ("a = 1 and b < 2.5 and c <= 'x' and d > -3 and e >= 1e3 and f between 1 and 2 "
+            "and g in (3, 1.5, 2) and h == 'y' and `q r` between 'a' and 'a' and s in ('b', 'a')")
+    simple = _simple_conjunct(text)
+    assert simple is not None
+    assert repr([simple]) == normalised(text)
+    assert [p.attribute for p in simple.predicates] == [*"abcdefgh", "q r", "s"]
+
+
+@pytest.mark.parametrize("text", [
+    "a != 1", "a <> 'x'", "a = true", "a in (true, false)", "a not in (1, 2)",
+    "a not between 1 and 2", "a like 'x%'", "a not like '%x'", "a = 1 and a < 3",
+    "a between 2 and 1", "a in (1, 1.0)", "a in ('x', 'x')", "a = 1 or b = 2",
+    "not a = 1", "a = 1 and", "a in (1, 'x')",
+])
+def test_the_simple_conjunct_leaves_every_other_text_to_the_general_path(text):
+    assert _simple_conjunct(text) is None
 
 
 def test_the_hand_written_constructor_takes_every_field_as_the_generated_one_would():
