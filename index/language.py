@@ -24,7 +24,7 @@ predicate-space tree per attribute serve them all.
 
 The normal form has a text form too, JSON (:func:`dump_normal_form`,
 :func:`load_normal_form`): the service parses a subscription once, on its way in, and its
-workers load the normal form from that text at about a third of the cost of a parse.
+workers load the normal form from that text at about half the cost of a parse, or less.
 
 Whatever the mix of operators, parsing costs O(len(text)) and normalisation at most
 :data:`MAX_NORMALISATION_STEPS` steps: interval sets intersect by a sorted merge, and
@@ -1274,8 +1274,10 @@ def dump_normal_form(subscription: Subscription) -> str:
 
 def load_normal_form(text: str, form: str) -> Subscription:
     """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
-    without parsing ``text``: about a third of :func:`parse_subscription`'s cost for a
-    conjunction of comparisons (13 against 35-50 µs for a BE-Gen subscription).
+    without parsing ``text``. With the stored record's JSON
+    (:func:`streaming.records.load_stored`), 19.6 µs against 34.8 µs for
+    :func:`parse_subscription` on BE-Gen subscriptions, 27.3 against 131.3 µs on a mix of
+    every operator (docs/bench-parser.md, stop 37).
 
     The shape and the kinds of the values are checked (:class:`ExpressionError` if
     they are wrong), not that the intervals are sorted and disjoint: the form must come

@@ -450,8 +450,8 @@ def parse_subscription_record(
 def load_stored(text: str, normal_form: str | None = None) -> SubscriptionRecord:
     """Decode a stored subscription (:attr:`SubscriptionChange.stored`) for the matcher:
     its expression from ``normal_form`` (:attr:`SubscriptionChange.normal_form`) when
-    given, about a third of the cost of parsing it (:func:`index.language.load_normal_form`),
-    else parsed."""
+    given, about half the cost of parsing it or less
+    (:func:`index.language.load_normal_form`), else parsed."""
     obj = loads_bounded(text.encode("utf-8"), "the stored subscription", MAX_STORED_NESTING)
     try:
         expr, subscriber, extra = obj["expr"], obj["subscriber"], obj["extra"]

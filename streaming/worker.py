@@ -100,8 +100,8 @@ the sink then queues at once."""
 REPLAY_PER_LIVE = 2
 """A reload replays the whole change log from the empty state, rather than parsing every
 live subscription, when the log still holds every change and at most this many per live
-subscription: a put replayed loads the normal form logged beside it, at about a third
-of the cost of a parse (:func:`index.language.load_normal_form`), and a delete costs
+subscription: a put replayed loads the normal form logged beside it, at about half the
+cost of a parse or less (:func:`index.language.load_normal_form`), and a delete costs
 less still. A fresh worker's PSTHash index of 100,000 BE-Gen subscriptions took 5.4-5.8 s
 of CPU from the log against 9.2-9.7 s from ``subs`` (docs/bench-streaming.md, stop 35)."""
 
