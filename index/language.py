@@ -44,7 +44,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from itertools import product
+from itertools import chain, product
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -1263,7 +1263,7 @@ def dump_normal_form(subscription: Subscription) -> str:
     escapes) when a string holds a lone surrogate, which orjson refuses.
     """
     form = [[[p.attribute, int(p.kind),
-              [x for iv in p.intervals for x in (iv.lo, iv.lo_closed, iv.hi, iv.hi_closed)],
+              [*chain.from_iterable(p.intervals)],  # each Interval is its four bounds
               *([[[q.form, q.text, q.negated] for q in p.patterns]] if p.patterns else ())]
              for p in c.predicates] for c in subscription.conjuncts]  # fmt: skip
     try:
