@@ -17,9 +17,9 @@ stored form. This script measures, in CPU time per subscription on one pinned co
   change log (:func:`index.language.load_normal_form` instead of a parse);
 
 and derives the stages (normal form = parse_subscription - parse, record overhead =
-record - parse_subscription). For a conjunction that
-:func:`index.language._simple_conjunct` takes, ``parse_subscription`` builds no tree, and
-its "normal form" stage is only what it costs beyond ``parse``. Two workloads: BE-Gen
+record - parse_subscription). For a conjunction on distinct attributes,
+``parse_subscription`` builds no tree, and its "normal form" stage is only what it costs
+beyond ``parse``. Two workloads: BE-Gen
 subscriptions (:mod:`index.begen`, the papers' operators on integers), and (``--mix``,
 0 to leave it out) a deterministic mix of every operator (``in``, ``not in``, ``like`` in
 its three forms, ``between``, ``!=``, booleans, strings) under ``or``/``not``/parenthesis

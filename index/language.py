@@ -14,8 +14,8 @@ Owns everything between the text a user types and the conjuncts an index stores:
   predicates on one attribute are intersected into one set of intervals), conjuncts that
   can never be true are dropped, and an expression with nothing left is rejected; a
   conjunction of comparisons on distinct attributes goes straight to its one conjunct
-  (:meth:`_Normaliser.conjunction`), and a conjunction of the simplest comparisons
-  straight from the text to it, with no tree (:func:`_simple_conjunct`).
+  (:meth:`_Normaliser.conjunction`), from the scanned text itself when the whole text
+  is one (:func:`parse_subscription`).
 
 A normalised predicate is a union of disjoint intervals over one value kind (numbers,
 strings or booleans) plus, for strings, residual ``like`` patterns that are not intervals
@@ -707,8 +707,12 @@ def _parse_conjunction(text: str) -> Expression | None:
     """The tree :class:`_Parser` would build for a conjunction of comparisons, from
     :func:`_scan_conjunction`; None for any other text. Cost O(len(text))."""
     written = _scan_conjunction(text)
-    if written is None:
-        return None
+    return None if written is None else _tree(written)
+
+
+def _tree(written: list[_Written]) -> Expression:
+    """The tree of scanned comparisons (:func:`_scan_conjunction`): the one comparison,
+    or their ``And``."""
     comparisons = [Comparison(*w) for w in written]
     return comparisons[0] if len(comparisons) == 1 else And(tuple(comparisons))
 
@@ -899,12 +903,11 @@ def _point(value: Value) -> Interval:
     return Interval(value, True, value, True)
 
 
-def _atomic_predicate(c: Comparison) -> Predicate:
-    """The predicate of one comparison (``not`` already folded into ``c.op``).
+def _atomic_predicate(attribute: str, op: str, vals: tuple[Value, ...]) -> Predicate:
+    """The predicate of one comparison (``not`` already folded into ``op``).
 
     Cost O(v log v) for the v values of an ``in`` list, O(1) otherwise.
     """
-    attribute, op, vals = c.attribute, c.op, c.values
     kind = kind_of(vals[0])
     if vals[0].__class__ is bool:  # kind is Kind.BOOL (bool has no subclass), but quicker
         # Booleans form the finite domain {False, True}: complements stay inside it.
@@ -972,7 +975,6 @@ def _first_position(expr: Expression) -> int:
 
 
 _RawConjunct = dict[str, Predicate]
-_new_tuple = tuple.__new__
 _BY_ATTRIBUTE = attrgetter("attribute")
 
 
@@ -1007,7 +1009,8 @@ class _Normaliser:
             return self.dnf(_negate(expr.child))
         if isinstance(expr, Comparison):
             self.charge(len(expr.values) + 1, expr.position)
-            p = self.finish(_atomic_predicate(expr), expr.position)
+            p = self.finish(_atomic_predicate(expr.attribute, expr.op, expr.values),
+                            expr.position)
             return [] if p is None else [{p.attribute: p}]
         if isinstance(expr, Or):
             out: list[_RawConjunct] = []
@@ -1015,9 +1018,10 @@ class _Normaliser:
                 out.extend(self.dnf(child))
                 self.check_conjuncts(len(out), _first_position(child))
             return out
-        if len({c.attribute for c in expr.children if c.__class__ is Comparison}) == len(
-                expr.children):  # fmt: skip
-            return self.conjunction(expr.children)  # type: ignore[arg-type]
+        written = [(c.attribute, c.op, c.values, c.position) for c in expr.children
+                   if c.__class__ is Comparison]  # fmt: skip
+        if len(written) == len(expr.children) and _distinct_attributes(written):
+            return self.conjunction(written)
         result: list[_RawConjunct] = [{}]
         for child in expr.children:
             terms = self.dnf(child)
@@ -1041,29 +1045,30 @@ class _Normaliser:
             result = combined
         return result
 
-    def conjunction(self, comparisons: tuple[Comparison, ...]) -> list[_RawConjunct]:
+    def conjunction(self, comparisons: list[_Written]) -> list[_RawConjunct]:
         """The DNF of a conjunction of comparisons on distinct attributes (the common
-        case): one conjunct of their predicates, or none if one of them is impossible.
+        case), given as :func:`_scan_conjunction` reads them: one conjunct of their
+        predicates, or none if one of them is impossible.
 
         What :meth:`dnf` builds for any conjunction, without its cross products and
         merges, none of which has anything to combine here; it charges their steps all
         the same, so that the step limit falls exactly where it would.
         """
         conjunct: _RawConjunct | None = {}
-        for c in comparisons:
-            p: Predicate | None = _atomic_predicate(c)
+        for attribute, op, values, position in comparisons:
+            p: Predicate | None = _atomic_predicate(attribute, op, values)
             if p.patterns or not p.intervals:  # else finish(p) is p
-                p = self.finish(p, c.position)
+                p = self.finish(p, position)
             # dnf(c)'s steps, then merge(conjunct, {attribute: p})'s unless there is no
             # conjunct left to merge with; charged at once, as all are at c's position
-            steps = len(c.values) + 1
+            steps = len(values) + 1
             if conjunct is not None:
                 if p is None:
                     conjunct = None
                 else:
                     steps += len(conjunct) + 1
-                    conjunct[c.attribute] = p
-            self.charge(steps, c.position)
+                    conjunct[attribute] = p
+            self.charge(steps, position)
         return [] if conjunct is None else [conjunct]
 
     def check_conjuncts(self, count: int, position: int) -> None:
@@ -1174,62 +1179,30 @@ def parse_expression(text: str) -> Expression:
     return _parse_conjunction(text) or _Parser(text).parse()
 
 
-_SIMPLE_KINDS = {int: Kind.NUMBER, float: Kind.NUMBER, str: Kind.STRING}
-
-
-def _simple_conjunct(text: str) -> Conjunct | None:
-    """The one conjunct of a conjunction of ``=``, ``<``, ``<=``, ``>``, ``>=``,
-    ``between`` and ``in`` comparisons of numbers or strings on distinct attributes (all
-    that BE-Gen writes), straight from :func:`_scan_conjunction`: no tree, no
-    normaliser.
-
-    None for any other text, which the parser and :class:`_Normaliser` then take: other
-    operators, booleans, an attribute named twice, an empty ``between``, an ``in`` list
-    naming a value twice. Such a conjunction (at most :data:`MAX_PREDICATES` comparisons of
-    as many values each) reaches neither :data:`MAX_NORMALISATION_STEPS` nor
-    :data:`MAX_NORMAL_FORM_INTERVALS`, so there is nothing to count. Cost O(len(text)).
-    """
-    written = _scan_conjunction(text)
-    if written is None:
-        return None
-    predicates: dict[str, Predicate] = {}
-    for attribute, op, values, _ in written:
-        first = values[0]
-        kind = _SIMPLE_KINDS.get(first.__class__)
-        if kind is None or attribute in predicates:
-            return None
-        # the intervals _atomic_predicate builds, by the same constructor
-        if op == "=":
-            intervals = (Interval(first, True, first, True),)
-        elif op == "<" or op == "<=":
-            intervals = (Interval(None, False, first, op == "<="),)
-        elif op == ">" or op == ">=":
-            intervals = (Interval(first, op == ">=", None, False),)
-        elif op == "between" and first <= values[1]:  # type: ignore[operator]
-            intervals = (Interval(first, True, values[1], True),)
-        elif op == "in" and len(set(values)) == len(values):  # of one kind: scanned
-            intervals = tuple([Interval(v, True, v, True) for v in sorted(values)])
-        else:
-            return None
-        predicates[attribute] = _new_tuple(Predicate, (attribute, kind, intervals, ()))
-    return Conjunct(tuple(sorted(predicates.values(), key=_BY_ATTRIBUTE)))
+def _distinct_attributes(written: list[_Written]) -> bool:
+    return len({w[0] for w in written}) == len(written)
 
 
 def parse_subscription(text: str) -> Subscription:
     """Parse and normalise a subscription.
 
     Cost O(len(text)): parsing is linear and normalisation stops after
-    :data:`MAX_NORMALISATION_STEPS` steps; a conjunction of simple comparisons takes
-    two thirds of the time it took before :func:`_simple_conjunct` (34.8 against 52.8 µs
-    for a BE-Gen subscription, docs/bench-parser.md). Raises
+    :data:`MAX_NORMALISATION_STEPS` steps. The text is scanned once: a conjunction of
+    comparisons on distinct attributes goes from its scanned comparisons straight to
+    :meth:`_Normaliser.conjunction`, with no tree (one comparison is then charged one
+    step more than :meth:`_Normaliser.dnf` charges it, which no limit can notice). Raises
     :class:`ExpressionError` for text that does not parse, :class:`ExpressionLimitError`
     past the limits and :class:`UnsatisfiableError` when no conjunct can ever be true.
     """
-    simple = _simple_conjunct(text) if text.__class__ is str and len(text) <= MAX_TEXT else None
-    if simple is not None:
-        return Subscription(text, (simple,))
-    expression = parse_expression(text)
-    raw = _Normaliser(text).dnf(expression)
+    readable = text.__class__ is str and len(text) <= MAX_TEXT
+    written = _scan_conjunction(text) if readable else None
+    normaliser = _Normaliser(text)
+    if written is not None and _distinct_attributes(written):
+        raw = normaliser.conjunction(written)
+    elif written is not None:
+        raw = normaliser.dnf(_tree(written))
+    else:  # parse_expression would scan again; it checks what is not readable
+        raw = normaliser.dnf(_Parser(text).parse() if readable else parse_expression(text))
     conjuncts = tuple([Conjunct(tuple(sorted(c.values(), key=_BY_ATTRIBUTE))) for c in raw])
     if not conjuncts:
         raise UnsatisfiableError(f"the expression can never be true: {text!r}", text)
@@ -1252,6 +1225,7 @@ def parse_subscription(text: str) -> Subscription:
 # subscription once and the workers read this instead of parsing it again.
 
 _KINDS = {int(kind): kind for kind in Kind}
+_new_tuple = tuple.__new__
 _BOUND_TYPES = {Kind.NUMBER: frozenset({int, float, type(None)}),
                 Kind.STRING: frozenset({str, type(None)}),
                 Kind.BOOL: frozenset({bool, type(None)})}  # fmt: skip
@@ -1276,9 +1250,9 @@ def dump_normal_form(subscription: Subscription) -> str:
 def load_normal_form(text: str, form: str) -> Subscription:
     """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
     without parsing ``text``. With the stored record's JSON
-    (:func:`streaming.records.load_stored`), 19.6 µs against 34.8 µs for
-    :func:`parse_subscription` on BE-Gen subscriptions, 27.3 against 131.3 µs on a mix of
-    every operator (docs/bench-parser.md, stop 37).
+    (:func:`streaming.records.load_stored`), 19.6 µs on BE-Gen subscriptions, where
+    :func:`parse_subscription` takes about 44 µs; 27.3 against 131.3 µs on a mix of every
+    operator (docs/bench-parser.md and docs/bench-streaming.md, stop 37).
 
     The shape and the kinds of the values are checked (:class:`ExpressionError` if
     they are wrong), not that the intervals are sorted and disjoint: the form must come
