@@ -33,9 +33,13 @@ the Spark job in this process and measures:
    drained, in psmatch's phase and in the ceiling's; and for the latency phase, Spark's
    own timing of each micro-batch's steps (offsets, planning, the write-ahead log,
    psmatch's ``foreachBatch``, the commit), which bounds how low its latency can go;
-5. *churn* (``--churn N``, last): N live subscriptions replaced, each id given another
+5. *churn* (``--churn N``): N live subscriptions replaced, each id given another
    expression of the workload, published as fast as the producer writes; changes/s from
-   the first published to the last applied in Redis with the workers caught up.
+   the first published to the last applied in Redis with the workers caught up;
+6. *a new worker* (last): a fresh Python process brings the index to the state's version
+   as a Python worker that starts now does (:func:`streaming.worker.sync_index`, with the
+   job's settings: the snapshot the running workers keep fresh, then the change log
+   after it), its wall and CPU time, peak memory and the changes it replayed.
 
 ``--plot-dir docs`` records the run in ``docs/bench-streaming-runs.json`` and draws, from
 every recorded run, throughput against subscriptions (beside the ceiling) and the
@@ -71,6 +75,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_worker_reload import worker_step  # noqa: E402 - beside this script
+
 from connectors.kafka import (  # noqa: E402
     JsonProducer,
     TopicReader,
@@ -79,7 +85,13 @@ from connectors.kafka import (  # noqa: E402
 )
 from connectors.local import release_shared_services, shared_services  # noqa: E402
 from streaming.config import ServiceConfig  # noqa: E402
-from streaming.job import BatchReport, build_spark, start_query, stop_query  # noqa: E402
+from streaming.job import (  # noqa: E402
+    BatchReport,
+    build_spark,
+    start_query,
+    stop_query,
+    worker_settings,
+)
 
 log = logging.getLogger("bench")
 SPAWN = multiprocessing.get_context("spawn")
@@ -399,6 +411,10 @@ def main() -> int:
                 "worker_peak_rss_bytes": max(r.workers.peak_rss_bytes for r in reports),
             }  # fmt: skip
             log.info("churn: %s", results["churn"])
+
+        # 6. a new worker: a fresh process, as a Python worker that starts now
+        results["new_worker"] = worker_step(worker_settings(config), reports[-1].version)
+        log.info("a new worker: %s", results["new_worker"])
         results["matches_per_event"] = results["throughput"]["notifications"] / args.backlog
     finally:
         stop_query(query)
@@ -635,7 +651,7 @@ up) | {r["subscribe_s"]:.1f} s |
 {lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
 {_warm_up_row(lat)}| latency phase: CPU of the load process (its producer, warm-up included) | \
 {lat["load_cpu_s"]:.1f} s |
-{_churn_row(r)}| Python worker peak resident memory (the most of any worker) | \
+{_churn_row(r)}{_new_worker_row(r)}| Python worker peak resident memory (the most of any worker) | \
 {r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
 | index estimated bytes (`Matcher.stats()`, one worker's) | {r["index_bytes"] / 2**20:,.0f} MiB |
 
@@ -673,6 +689,16 @@ def _churn_row(r: dict[str, Any]) -> str:
             f"Redis, the workers caught up; {c['batches']} batches) | {c['seconds']:.1f} s → "
             f"**{c['changes_per_s']:,.0f} changes/s** (a worker's peak then "
             f"{c['worker_peak_rss_bytes'] / 2**20:,.0f} MiB) |\n")
+
+
+def _new_worker_row(r: dict[str, Any]) -> str:
+    """The new worker's row of a summary table (none in runs recorded before it)."""
+    if "new_worker" not in r:
+        return ""
+    w = r["new_worker"]
+    return (f"| a new worker ready at the end (a fresh process; built from the {w['built_from']}, "
+            f"{w['replayed']:,} changes replayed) | {w['wall_s']:.1f} s ({w['cpu_s']:.1f} s of "
+            f"CPU, peak {w['peak_rss'] / 2**20:,.0f} MiB) |\n")
 
 
 def _spark_rows(ms: dict[str, float]) -> str:
@@ -773,7 +799,7 @@ up) | {r["subscribe_s"]:.1f} s |
 | notifications/s out (latency phase) | {lat["notifications_per_s"]:,.0f} |
 | publish → notification latency p50 / p99 / max | {lat["p50_ms"]:,.0f} / \
 {lat["p99_ms"]:,.0f} / {lat["max_ms"]:,.0f} ms |
-{_warm_up_row(lat)}{_churn_row(r)}
+{_warm_up_row(lat)}{_churn_row(r)}{_new_worker_row(r)}
 Where a batch's time goes (mean per batch with events; backlog phase:
 {tp["breakdown"]["batches"]:.0f} batches of {tp["breakdown"]["events_per_batch"]:,.0f} events;
 latency phase:

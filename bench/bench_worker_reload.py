@@ -42,7 +42,8 @@ log = logging.getLogger("bench")
 
 def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
     """Run :func:`sync_index` to ``version`` in a fresh process (a new Python worker);
-    its wall and CPU seconds, peak resident bytes and the changes it replayed."""
+    its wall and CPU seconds, peak resident bytes, the changes it replayed and what it
+    started from (``built_from``)."""
     fields = {name: getattr(settings, name) for name in (
         "redis_url", "redis_prefix", "retention", "matcher", "notifications_topic",
         "rejected_topic", "snapshot_dir")}  # fmt: skip
@@ -56,7 +57,7 @@ def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
         "print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': time.process_time() - c,"
         " 'peak_rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
         " 'replayed': index.replayed, 'subscriptions': len(index.matcher),"
-        " 'version': index.version}))\n"
+        " 'version': index.version, 'built_from': index.built_from}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -1059,8 +1059,9 @@ class _Normaliser:
             p: Predicate | None = _atomic_predicate(attribute, op, values)
             if p.patterns or not p.intervals:  # else finish(p) is p
                 p = self.finish(p, position)
-            # dnf(c)'s steps, then merge(conjunct, {attribute: p})'s unless there is no
-            # conjunct left to merge with; charged at once, as all are at c's position
+            # dnf's steps for this comparison, then merge(conjunct, {attribute: p})'s
+            # unless there is no conjunct left to merge with; charged at once, as all are
+            # at the comparison's position
             steps = len(values) + 1
             if conjunct is not None:
                 if p is None:

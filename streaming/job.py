@@ -283,6 +283,22 @@ def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
     return ends[0] is None or ends[0] != ends[1]
 
 
+def worker_settings(config: ServiceConfig) -> WorkerSettings:
+    """What the matching tasks of a job with ``config`` are told (:mod:`streaming.worker`)."""
+    return WorkerSettings(
+        redis_url=config.redis_connection_url,
+        redis_prefix=config.redis_prefix,
+        retention=config.change_log_retention,
+        matcher=config.matcher,
+        notifications_topic=config.notifications_topic,
+        rejected_topic=config.rejected_topic,
+        limits=RecordLimits.from_config(config),
+        redis_retry_seconds=config.redis_retry_seconds,
+        snapshot_dir=snapshot_dir(config.checkpoint_location),
+        shards=config.shards,
+    )
+
+
 class BatchProcessor:
     """The ``foreachBatch`` function, with the driver-side state it needs."""
 
@@ -294,23 +310,12 @@ class BatchProcessor:
     ) -> None:
         self.config = config
         self.spark = spark
-        self.limits = RecordLimits.from_config(config)
         self.store = StateStore.from_url(
             config.redis_connection_url, config.redis_prefix, config.change_log_retention,
             config.redis_retry_seconds,
         )  # fmt: skip
-        self.settings = WorkerSettings(
-            redis_url=config.redis_connection_url,
-            redis_prefix=config.redis_prefix,
-            retention=config.change_log_retention,
-            matcher=config.matcher,
-            notifications_topic=config.notifications_topic,
-            rejected_topic=config.rejected_topic,
-            limits=self.limits,
-            redis_retry_seconds=config.redis_retry_seconds,
-            snapshot_dir=snapshot_dir(config.checkpoint_location),
-            shards=config.shards,
-        )
+        self.settings = worker_settings(config)
+        self.limits = self.settings.limits
         self.sink_settings = SinkSettings(config.bootstrap_servers, config.kafka_security,
                                           config.sink_compression)  # fmt: skip
         self._sink: RecordSink | None = None

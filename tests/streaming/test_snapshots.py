@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import time
 import tracemalloc
 import uuid
 from collections.abc import Iterator
@@ -21,7 +23,14 @@ from index import make_matcher
 from streaming import worker
 from streaming.heads import NotificationHeads
 from streaming.job import snapshot_dir
-from streaming.snapshots import SnapshotError, load_snapshot, save_snapshot, snapshot_path
+from streaming.snapshots import (
+    CLAIM_STALE_SECONDS,
+    SnapshotError,
+    load_snapshot,
+    save_snapshot,
+    snapshot_path,
+    snapshot_state,
+)
 from streaming.worker import WorkerSettings
 from tests.streaming.worker_state import put, worker_state
 
@@ -173,6 +182,85 @@ def test_a_stale_snapshot_or_one_of_another_state_is_ignored(
     check(index, {"u": "a = 0"})
 
 
+def replace_all(store: StateStore, exprs: dict[str, str], version: int, n: int, expr: str
+                ) -> int:  # fmt: skip
+    """Apply ``n`` changes after ``version`` (each replacing one of ``exprs`` by
+    ``expr``, in turn); returns the new version."""
+    ids = sorted(exprs)
+    store.apply([put(version + i, ids[(version + i) % len(ids)], expr) for i in range(n)])
+    exprs.update({ids[(version + i) % len(ids)]: expr for i in range(n)})
+    return version + n
+
+
+def snapshot_version(settings: WorkerSettings) -> int | None:
+    written = snapshot_state(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    return None if written is None else written[0]
+
+
+def test_a_worker_that_keeps_up_refreshes_the_snapshot_every_half_retention(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a retention of 20 changes, the worker that keeps up writes a new snapshot
+    once it is 10 changes past the newest: however many changes go by, a worker that
+    starts finds a snapshot the change log still reaches back to, and replays only what
+    came after it (without the refresh, the snapshot of version 12 would be out of the
+    log's reach by version 33, and the new worker would parse every subscription)."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    version, seen = 12, []
+    for step in range(8):
+        version = replace_all(store, exprs, version, 6, f"a = {step}")
+        index = worker.sync_index(settings, version)  # the cached worker catches up
+        assert index.built_from == "change log" and index.replayed == version
+        seen.append(snapshot_version(settings))
+        assert index.snapshot_version == seen[-1]
+    assert seen == [12, 24, 24, 36, 36, 48, 48, 60]
+    assert caplog.text.count("wrote the index snapshot of shard 0 of 1") == 5  # 12 .. 60
+    check(index, exprs)
+    version = replace_all(store, exprs, version, 4, "b = 'y'")
+    started = start_worker(settings, version)
+    assert (started.built_from, started.version, started.replayed) == ("snapshot", 64, 4)
+    check(started, exprs)
+
+
+def test_workers_of_a_shard_write_one_snapshot_between_them(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two workers keep the same shard: the one that catches up second finds the
+    snapshot the first just wrote (its header names a version of this state) and writes
+    none; a writer's claim stops another from writing at the same time, until it is
+    old enough to be a dead writer's."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    key = worker._cache_key(settings, 0)
+    first = worker._CACHE[key]
+    second = start_worker(settings, 12)  # another process: its own index
+    assert second.built_from == "snapshot" and second is not first
+    version = replace_all(store, exprs, 12, 11, "a = 4")
+    assert worker.sync_index(settings, version) is second
+    assert snapshot_version(settings) == second.snapshot_version == 23
+    worker._CACHE[key] = first  # the first process catches up
+    assert worker.sync_index(settings, version) is first
+    assert first.snapshot_version == 23
+    assert caplog.text.count("wrote the index snapshot") == 2  # first_load's, second's
+    check(first, exprs)
+
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    claim = path.with_name(path.name + ".writing")
+    claim.touch()  # a writer at work
+    version = replace_all(store, exprs, version, 11, "a = 5")
+    assert worker.sync_index(settings, version) is first
+    assert snapshot_version(settings) == 23 and first.snapshot_version == 23
+    assert "another worker is writing the snapshot of shard 0 of 1" in caplog.text
+    old = time.time() - CLAIM_STALE_SECONDS - 1
+    os.utime(claim, (old, old))  # a writer that died
+    version = replace_all(store, exprs, version, 1, "a = 5")
+    worker.sync_index(settings, version)
+    assert snapshot_version(settings) == first.snapshot_version == 35
+    assert not claim.exists()
+    check(first, exprs)
+
+
 def test_snapshots_live_beside_a_local_checkpoint_only() -> None:
     assert snapshot_dir("/data/psmatch/checkpoint") == "/data/psmatch/checkpoint.snapshots"
     assert snapshot_dir("file:///data/ck/") == "/data/ck.snapshots"
@@ -192,6 +280,7 @@ def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path
     try:
         before, _ = tracemalloc.get_traced_memory()
         path = save_snapshot(tmp_path, "p:", 7, matcher, heads, "digest")
+        assert path is not None
         _, save_peak = tracemalloc.get_traced_memory()
         tracemalloc.reset_peak()
         snap = load_snapshot(tmp_path, "p:", "psthash")
