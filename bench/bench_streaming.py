@@ -154,12 +154,20 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def catch_up_sums(reports: list[BatchReport]) -> dict[str, float]:
+    """The workers' catch-up seconds over ``reports``, summed over tasks, and the part of
+    them spent writing index snapshots."""
+    return {"sync_s": sum(r.workers.sync_s for r in reports),
+            "snapshot_s": sum(r.workers.snapshot_s for r in reports)}  # fmt: skip
+
+
 def breakdown(reports: list[BatchReport]) -> dict[str, float]:
     busy = [r for r in reports if r.events]
     n = max(1, len(busy))
     out = {k: sum(getattr(r, k) for r in busy) / n
            for k in ("total_s", "read_s", "state_s", "match_write_s")}  # fmt: skip
-    for k in ("sync_s", "parse_s", "match_s", "encode_s", "cpu_s", "write_s"):  # TaskMetrics
+    for k in ("sync_s", "snapshot_s", "parse_s", "match_s", "encode_s", "cpu_s",
+              "write_s"):  # TaskMetrics
         out[f"worker_{k}"] = sum(getattr(r.workers, k) for r in busy) / n
     out["batches"] = len(busy)
     out["events_per_batch"] = sum(r.events for r in busy) / n
@@ -290,6 +298,7 @@ def main() -> int:
 
         cpu0 = cpu_by_process()
         results["subscribe_s"] = subscribe(subs, "subscribe")
+        results["subscribe_workers"] = catch_up_sums(reports)
         results["subscribe_cpu_s"] = cpu_since(cpu0)
         log.info("%d subscriptions applied in %.1f s", len(subs), results["subscribe_s"])
 
@@ -408,6 +417,7 @@ def main() -> int:
                 "changes": args.churn, "seconds": churn_s,
                 "changes_per_s": args.churn / churn_s,
                 "batches": sum(1 for r in reports[first:] if r.subscription_records),
+                "workers": catch_up_sums(reports[first:]),
                 "worker_peak_rss_bytes": max(r.workers.peak_rss_bytes for r in reports),
             }  # fmt: skip
             log.info("churn: %s", results["churn"])
@@ -575,6 +585,7 @@ def _bd_rows(bd: dict[str, float]) -> str:
         ("match_write_s", "match and write to Kafka on executors (job 2, wall; reads Kafka "
                           "when job 1 did not run)"),
         ("worker_sync_s", "  in workers: catch up to the batch version (sum over tasks)"),
+        ("worker_snapshot_s", "  in workers: of which writing index snapshots"),
         ("worker_parse_s", "  in workers: JSON parse + validate events"),
         ("worker_match_s", "  in workers: match (match_flat_slots)"),
         ("worker_encode_s", "  in workers: build notification records"),
@@ -639,7 +650,7 @@ read by the query.
 | figure | value |
 | --- | --- |
 | subscribe {r["subscriptions"]:,} (publish → applied in Redis, the batch's workers caught \
-up) | {r["subscribe_s"]:.1f} s |
+up) | {r["subscribe_s"]:.1f} s{_catch_up_note(r.get("subscribe_workers"))} |
 | warm-up: each Python worker loads the index | {r["warmup_s"]:.1f} s |
 | psmatch: backlog of {tp["events"]:,} events drained | {tp["drain_s"]:.1f} s → \
 **{tp["events_per_s"]:,.0f} events/s** ({tp["notifications_per_s"]:,.0f} notifications/s) |
@@ -688,7 +699,16 @@ def _churn_row(r: dict[str, Any]) -> str:
     return (f"| churn: {c['changes']:,} live subscriptions replaced (publish → applied in "
             f"Redis, the workers caught up; {c['batches']} batches) | {c['seconds']:.1f} s → "
             f"**{c['changes_per_s']:,.0f} changes/s** (a worker's peak then "
-            f"{c['worker_peak_rss_bytes'] / 2**20:,.0f} MiB) |\n")
+            f"{c['worker_peak_rss_bytes'] / 2**20:,.0f} MiB)"
+            f"{_catch_up_note(c.get('workers'))} |\n")
+
+
+def _catch_up_note(sums: dict[str, float] | None) -> str:
+    """The workers' catch-up of a phase, in words (none in runs recorded before it)."""
+    if sums is None:
+        return ""
+    return (f" (the workers' catch-up {sums['sync_s']:.1f} s summed over tasks, of which "
+            f"writing index snapshots {sums['snapshot_s']:.1f} s)")
 
 
 def _new_worker_row(r: dict[str, Any]) -> str:
@@ -787,7 +807,7 @@ Latency is sampled on every 10th notification as it arrives at a consumer.
 | phase | figure |
 | --- | --- |
 | subscribe {r["subscriptions"]:,} (publish → applied in Redis, the batch's workers caught \
-up) | {r["subscribe_s"]:.1f} s |
+up) | {r["subscribe_s"]:.1f} s{_catch_up_note(r.get("subscribe_workers"))} |
 | warm-up: each Python worker loads the index once | {r["warmup_s"]:.1f} s |
 | throughput: backlog of {tp["events"]:,} events drained | {tp["drain_s"]:.1f} s |
 | events/s in (backlog) | {tp["events_per_s"]:,.0f} |

@@ -122,6 +122,9 @@ class BatchReport:
         if self.subscription_records:
             subscribing = (f" (in tasks: validate {self.subscriptions_validate_s:.2f} s, "
                            f"apply {self.subscriptions_apply_s:.2f} s)")  # fmt: skip
+        snapshots = ""
+        if w.snapshot_s:
+            snapshots = f" (of which writing index snapshots {w.snapshot_s:.2f} s)"
         sharding = ""
         if self.shards > 1:
             counts = ", ".join(f"{i}: {n}" for i, n in sorted(w.shard_subscriptions.items()))
@@ -136,7 +139,7 @@ class BatchReport:
             f"in {self.total_s:.2f} s [read+subs {self.read_s:.2f} s{subscribing}, "
             f"redis {self.state_s:.2f} s, "
             f"match+write {self.match_write_s:.2f} s; in workers: catch-up "
-            f"{w.sync_s:.2f} s, parse {w.parse_s:.2f} s, "
+            f"{w.sync_s:.2f} s{snapshots}, parse {w.parse_s:.2f} s, "
             f"match {w.match_s:.2f} s, encode {w.encode_s:.2f} s (CPU {w.cpu_s:.2f} s of "
             f"these three), write {w.write_s:.2f} s; worker peak RSS "
             f"{w.peak_rss_bytes / 2**20:,.0f} MiB]{sharding}"

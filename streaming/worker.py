@@ -141,6 +141,7 @@ class TaskMetrics:
     rejected: int = 0
     notifications: int = 0
     sync_s: float = 0.0
+    snapshot_s: float = 0.0  # of sync_s: writing index snapshots
     parse_s: float = 0.0
     match_s: float = 0.0
     encode_s: float = 0.0
@@ -166,8 +167,8 @@ class TaskMetrics:
 
     def merge(self, other: TaskMetrics) -> TaskMetrics:
         """Add ``other`` into this one (returns self)."""
-        for name in ("tasks", "events", "rejected", "notifications", "sync_s", "parse_s",
-                     "match_s", "encode_s", "cpu_s", "write_s", "reloads"):  # fmt: skip
+        for name in ("tasks", "events", "rejected", "notifications", "sync_s", "snapshot_s",
+                     "parse_s", "match_s", "encode_s", "cpu_s", "write_s", "reloads"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("lag", "index_subscriptions", "index_predicates", "index_spaces",
                      "index_bytes", "peak_rss_bytes", "process_indexes"):  # fmt: skip
@@ -220,7 +221,8 @@ class WorkerIndex:
     by slot, holding the subscriptions of ``shard`` only; ``replayed`` counts the changes
     replayed into it from the log since ``built_from``; ``snapshot_version`` is the
     version of the newest snapshot of its shard it knows of (loaded, written or read from
-    the file's header), ``None`` before it knows of any."""
+    the file's header), ``None`` before it knows of any; ``snapshot_write_s`` the seconds
+    spent writing its snapshots."""
 
     matcher: Matcher
     version: int = 0
@@ -230,6 +232,7 @@ class WorkerIndex:
     shard: Shard = WHOLE
     built_from: BuiltFrom = "change log"
     snapshot_version: int | None = None
+    snapshot_write_s: float = 0.0
 
     def apply(self, changes: Iterable[tuple[str, str | None, str | None]]) -> None:
         """Apply stored subscriptions and deletions (``(id, stored text, normal form)``,
@@ -504,6 +507,8 @@ def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerInd
     except OSError as exc:  # a snapshot is an optimisation: the worker goes on without
         log.warning("could not write the index snapshot in %s: %s", settings.snapshot_dir, exc)
         return
+    finally:
+        index.snapshot_write_s += time.perf_counter() - t
     if path is None:
         log.info("no index snapshot written at version %d: another worker is writing the "
                  "snapshot of %s", index.version, index.shard)  # fmt: skip
@@ -770,8 +775,10 @@ def match_batches(
     key = _cache_key(settings, shard)
     before = _CACHE.get(key)
     before_version = before.version if before is not None else 0
+    written = before.snapshot_write_s if before is not None else 0.0
     index = sync_index(settings, version, shard)
     metrics.sync_s += time.perf_counter() - t0
+    metrics.snapshot_s += index.snapshot_write_s - (written if index is before else 0.0)
     stats = index.matcher.stats()
     metrics.reloads = int(index is not before)
     metrics.lag = max(0, version - before_version)

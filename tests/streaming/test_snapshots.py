@@ -207,14 +207,21 @@ def test_a_worker_that_keeps_up_refreshes_the_snapshot_every_half_retention(
     log's reach by version 33, and the new worker would parse every subscription)."""
     settings, store = state
     exprs = first_load(settings, store)
-    version, seen = 12, []
+    version, seen, writing = 12, [], []
     for step in range(8):
         version = replace_all(store, exprs, version, 6, f"a = {step}")
-        index = worker.sync_index(settings, version)  # the cached worker catches up
+        reported: list[worker.TaskMetrics] = []
+        # a task of the cached worker: it catches up, and has no events to match
+        assert list(worker.match_batches(settings, version, iter(()), reported.append)) == []
+        index = worker._CACHE[worker._cache_key(settings, 0)]
         assert index.built_from == "change log" and index.replayed == version
         seen.append(snapshot_version(settings))
         assert index.snapshot_version == seen[-1]
+        (metrics,) = reported
+        assert 0.0 <= metrics.snapshot_s <= metrics.sync_s
+        writing.append(metrics.snapshot_s > 0)
     assert seen == [12, 24, 24, 36, 36, 48, 48, 60]
+    assert writing == [False, True, False, True, False, True, False, True]
     assert caplog.text.count("wrote the index snapshot of shard 0 of 1") == 5  # 12 .. 60
     check(index, exprs)
     version = replace_all(store, exprs, version, 4, "b = 'y'")
