@@ -265,10 +265,16 @@ def no_events(spark: Any, schema: Any) -> Any:
     (``defaultParallelism``): the events of a batch known to have none. Its matching job
     then runs a task per core, each bringing its Python worker's index to the batch's
     version, as a batch with events does, without reading the batch from Kafka again
-    (or caching it) only to find no event in it. Made from an RDD of empty partitions:
-    the optimiser would prove an empty range empty and run no task at all."""
-    context = spark.sparkContext
-    return spark.createDataFrame(context.parallelize([], context.defaultParallelism), schema)
+    (or caching it) only to find no event in it. A range of one row per partition that
+    a filter empties, in the JVM: the optimiser would prove an empty range empty and run
+    no task at all, and a frame made from a Python RDD would take a second Python
+    worker per task (which then joins the pool, and may later be handed a matching
+    task without an index)."""
+    from pyspark.sql import functions as F
+
+    parallelism = spark.sparkContext.defaultParallelism
+    return spark.range(0, parallelism, 1, parallelism).where(F.col("id") < 0).select(
+        *(F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields))
 
 
 def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
