@@ -2,17 +2,15 @@
 
 Owns the Spark session settings, the streaming query and the ``foreachBatch`` logic:
 
-1. A batch with subscription records and events (records of both topics, read by
-   Spark's Kafka source) is cached on the executors. The subscription records are decoded, validated
+1. A batch with subscription records (records of both topics, read by Spark's Kafka
+   source) is cached on the executors. The subscription records are decoded, validated
    and applied to Redis there, a task per partition of the topic, in offset order
    (idempotent on replay, see :mod:`connectors.state`), each record inside the
    per-record barrier (whatever one record raises makes it a rejected record, see
    :mod:`streaming.subscriptions`); only the counts and the rejects are collected to the
    driver. A Redis fault is never a record's: it fails the batch. A batch the query's
    offset log shows without any (:func:`batch_may_read`; most batches) skips this step
-   and is not cached: its one Spark job reads the events straight from Kafka. A batch
-   the log shows without events (a bulk subscribe) is not cached either: its matching
-   job runs over no rows (:func:`no_events`), only to bring the workers to the version.
+   and is not cached: its one Spark job reads the events straight from Kafka.
 2. The driver reads the batch's subscription version (and the live count) from Redis.
 3. The events are matched on the executors with ``mapInArrow``
    (:func:`streaming.worker.match_batches`), every task at that version; they are never
@@ -260,23 +258,6 @@ def snapshot_dir(checkpoint_location: str) -> str | None:
     return None if path is None else str(path.with_name(path.name + ".snapshots"))
 
 
-def no_events(spark: Any, schema: Any) -> Any:
-    """A frame of ``schema`` with no rows in one partition per core of the application
-    (``defaultParallelism``): the events of a batch known to have none. Its matching job
-    then runs a task per core, each bringing its Python worker's index to the batch's
-    version, as a batch with events does, without reading the batch from Kafka again
-    (or caching it) only to find no event in it. A range of one row per partition that
-    a filter empties, in the JVM: the optimiser would prove an empty range empty and run
-    no task at all, and a frame made from a Python RDD would take a second Python
-    worker per task (which then joins the pool, and may later be handed a matching
-    task without an index)."""
-    from pyspark.sql import functions as F
-
-    parallelism = spark.sparkContext.defaultParallelism
-    return spark.range(0, parallelism, 1, parallelism).where(F.col("id") < 0).select(
-        *(F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields))
-
-
 def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
     """Whether micro-batch ``batch_id`` may hold records of ``topic``.
 
@@ -361,12 +342,10 @@ class BatchProcessor:
             F.unix_millis("timestamp").alias("ts"),
         )  # fmt: skip
         # A batch without subscription records (most of them) runs no validation job, and
-        # its one job reads the events straight from Kafka; a batch without events (a bulk
-        # subscribe) matches none, and its matching job only brings the workers to the
-        # version; a batch with both is cached, so that its two jobs read Kafka once.
+        # its one job reads the events straight from Kafka; otherwise the batch is
+        # cached, so that the validation job and the matching job read Kafka once.
         subscribing = batch_may_read(cfg.checkpoint_location, batch_id, cfg.subscriptions_topic)
-        matching = batch_may_read(cfg.checkpoint_location, batch_id, cfg.events_topic)
-        if subscribing and matching:
+        if subscribing:
             batch = batch.persist()
         try:
             validated = ValidatedSubscriptions()
@@ -388,8 +367,7 @@ class BatchProcessor:
                 self.sink.write(output_records(cfg.rejected_topic,
                                                [(k, v) for _, k, v in validated.rejects]))
             acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
-            events = (batch.filter(F.col("topic") == cfg.events_topic) if matching
-                      else no_events(self.spark, batch.schema))  # fmt: skip
+            events = batch.filter(F.col("topic") == cfg.events_topic)
             if cfg.shards > 1:
                 events = by_shard(events, cfg.shards)
             # the tasks write their records themselves and return none: collect() only
@@ -402,7 +380,7 @@ class BatchProcessor:
                 self.sink.flush()
             t3 = time.perf_counter()
         finally:
-            if subscribing and matching:
+            if subscribing:
                 batch.unpersist()
         workers: TaskMetrics = acc.value
         report = BatchReport(

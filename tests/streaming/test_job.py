@@ -9,13 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from connectors.kafka import JsonProducer
 from connectors.state import StateStore
 from index.language import dump_normal_form, parse_subscription
 from streaming.config import ServiceConfig
-from streaming.job import batch_may_read, no_events
+from streaming.job import batch_may_read
 from tests.streaming.test_end_to_end import running, wait_for_notifications
 
 
@@ -93,55 +92,3 @@ def test_the_service_validates_only_the_batches_with_subscription_records(
     assert [(c.sub_id, c.normal_form) for c in store.changes(0, 2)] == [
         (sub_id, dump_normal_form(parse_subscription(expr)))
         for sub_id, expr in (("s1", "a < 10"), ("s2", "a >= 5"))]
-
-
-def test_no_events_runs_a_task_per_core_over_no_rows(spark: Any) -> None:
-    """The events of a batch known to have none: one empty partition per core, and the
-    ``mapInArrow`` function runs in each (that task is what brings a worker's index to
-    the batch's version)."""
-    schema = StructType([StructField("key", BinaryType()), StructField("offset", LongType())])
-    frame = no_events(spark, schema)
-    parallelism = spark.sparkContext.defaultParallelism
-    assert frame.schema == schema and frame.count() == 0
-    assert frame.rdd.getNumPartitions() == parallelism
-    calls = spark.sparkContext.accumulator(0)
-
-    def called(batches: Any) -> Any:
-        calls.add(1)
-        assert sum(batch.num_rows for batch in batches) == 0
-        return iter(())
-
-    assert frame.mapInArrow(called, "x INT").collect() == []
-    assert calls.value == parallelism
-
-
-def test_a_batch_of_subscriptions_alone_brings_the_workers_to_its_version(
-    spark: Any, make_config: Callable[..., ServiceConfig]
-) -> None:
-    """A real query: a batch the offset log shows without events is not cached, matches
-    none, and still has every task bring its worker's index to the batch's version, so
-    the events that follow are matched by workers that are up to date."""
-    config = make_config()
-    with running(config, spark) as service, JsonProducer(config.bootstrap_servers) as producer:
-        producer.send(config.events_topic, {"a": 0}, key="e0")  # the first batch reads both
-        producer.flush()
-        service.wait_for_events(1)
-        for i in range(3):
-            producer.send(config.subscriptions_topic, {"expr": f"a >= {i}"}, key=f"s{i}")
-        producer.flush()
-        service.wait_for_version(3)
-        producer.send(config.events_topic, {"a": 1}, key="e1")
-        producer.flush()
-        wait_for_notifications(config, {("s0", "e1"), ("s1", "e1")})
-        reports = list(service.reports)
-    subscribing = [r for r in reports if r.batch_id > 0 and r.subscription_records]
-    assert subscribing and sum(r.subscription_records for r in subscribing) == 3
-    for report in subscribing:
-        assert not batch_may_read(config.checkpoint_location, report.batch_id,
-                                  config.events_topic)  # fmt: skip
-        assert report.events == 0
-        assert report.workers.tasks == spark.sparkContext.defaultParallelism
-        assert report.workers.index_subscriptions == report.live_subscriptions
-    last = max(subscribing, key=lambda r: r.batch_id)
-    matched = [r for r in reports if r.batch_id > last.batch_id and r.events]
-    assert matched and all(r.workers.lag == 0 and r.workers.reloads == 0 for r in matched)
