@@ -1251,9 +1251,9 @@ def dump_normal_form(subscription: Subscription) -> str:
 def load_normal_form(text: str, form: str) -> Subscription:
     """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
     without parsing ``text``. With the stored record's JSON
-    (:func:`streaming.records.load_stored`), 19.6 µs on BE-Gen subscriptions, where
-    :func:`parse_subscription` takes about 44 µs; 27.3 against 131.3 µs on a mix of every
-    operator (docs/bench-parser.md and docs/bench-streaming.md, stop 37).
+    (:func:`streaming.records.load_stored`), 15.6 µs on BE-Gen subscriptions, where
+    :func:`parse_subscription` takes 36.7 µs; 27.4 against 126.9 µs on a mix of every
+    operator (docs/bench-parser.md, as run at stop 38).
 
     The shape and the kinds of the values are checked (:class:`ExpressionError` if
     they are wrong), not that the intervals are sorted and disjoint: the form must come
