@@ -24,7 +24,8 @@ from streaming.worker import TaskMetrics, WorkerSettings, match_batches
 
 def report(**changes: Any) -> BatchReport:
     workers: dict[str, Any] = dict(
-        tasks=2, events=10, rejected=2, notifications=25, sync_s=0.05, parse_s=0.02,
+        tasks=2, events=10, rejected=2, notifications=25, sync_s=0.05, snapshot_s=0.01,
+        parse_s=0.02,
         match_s=0.3, encode_s=0.04, reloads=1, lag=3, index_subscriptions=42,
         index_predicates=90, index_spaces=5, index_bytes=123_456, peak_rss_bytes=654_321,
         rejects={"invalid_json": 2},
@@ -103,6 +104,10 @@ def test_a_batch_report_moves_counters_and_sets_gauges() -> None:
     assert value(m, "psmatch_match_duration_seconds_sum") == pytest.approx(0.6)
     assert value(m, "psmatch_batch_input_rows_bucket", le="100.0") == 2
     assert value(m, "psmatch_batch_phase_seconds_total", phase="worker_match") == pytest.approx(0.6)
+    # the catch-up and its snapshot writes, apart
+    assert value(m, "psmatch_batch_phase_seconds_total", phase="worker_sync") == pytest.approx(0.08)
+    assert value(m, "psmatch_batch_phase_seconds_total",
+                 phase="worker_snapshot") == pytest.approx(0.02)
     assert value(m, "psmatch_batch_phase_seconds_total",
                  phase="subscriptions_apply") == pytest.approx(0.06)
     assert value(m, "psmatch_last_batch_timestamp_seconds") > 1e9  # type: ignore[operator]
