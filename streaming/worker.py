@@ -221,8 +221,8 @@ class WorkerIndex:
     by slot, holding the subscriptions of ``shard`` only; ``replayed`` counts the changes
     replayed into it from the log since ``built_from``; ``snapshot_version`` is the
     version of the newest snapshot of its shard it knows of (loaded, written or read from
-    the file's header), ``None`` before it knows of any; ``snapshot_write_s`` the seconds
-    spent writing its snapshots."""
+    the file's header) or of its last failed attempt to write one, ``None`` before
+    either; ``snapshot_write_s`` the seconds spent writing its snapshots."""
 
     matcher: Matcher
     version: int = 0
@@ -489,8 +489,10 @@ def _change_at(store: StateStore, version: int) -> Change | None:
 def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerIndex) -> None:
     """Save ``index`` as the snapshot, identified by the change log's entry at its
     version (none right after ``rebuild-state``: then no snapshot is written), and note
-    its version in ``index.snapshot_version``; nothing when another worker is writing
-    the snapshot of the shard (it notes none)."""
+    its version in ``index.snapshot_version``, also when the write fails (a directory
+    that cannot take it, full or read-only, then costs one attempt per half retention,
+    not one per batch); nothing when another worker is writing the snapshot of the shard
+    (it notes none)."""
     assert settings.snapshot_dir is not None
     try:
         last = _change_at(store, index.version)
@@ -506,6 +508,7 @@ def _save_snapshot(settings: WorkerSettings, store: StateStore, index: WorkerInd
                              index.shard)  # fmt: skip
     except OSError as exc:  # a snapshot is an optimisation: the worker goes on without
         log.warning("could not write the index snapshot in %s: %s", settings.snapshot_dir, exc)
+        index.snapshot_version = index.version
         return
     finally:
         index.snapshot_write_s += time.perf_counter() - t
@@ -524,16 +527,17 @@ def _refresh_snapshot(settings: WorkerSettings, store: StateStore, index: Worker
     change log's retention or more behind it, so that the log always reaches back to a
     snapshot: a worker that starts then loads it and replays at most about that many
     changes (plus the latest batch's), where without it, once the service had run past
-    the retention, every new worker would parse every subscription again (about 70 s of
-    CPU at 1M).
+    the retention, every new worker would parse every subscription again (80 s of CPU
+    at 1M BE-Gen subscriptions, docs/bench-streaming.md, stop 38).
 
     A snapshot another worker of the shard wrote counts when its header names a version
     this state's change log identifies (:func:`snapshot_state`, one line read, and one
-    log entry): workers that keep up with the log write about one snapshot per half
-    retention between them, not one each. Cost when none is due: nothing, or that
-    header and entry while the worker has not written one itself; when one is due, a
-    snapshot write (:func:`streaming.snapshots.save_snapshot`, about 0.5 s of CPU at
-    300,000 PSTHash subscriptions), in the task, before it matches.
+    log entry), even one past this index (a task of an earlier batch run late never
+    writes over a newer snapshot): workers that keep up with the log write about one
+    snapshot per half retention between them, not one each. Cost when none is due:
+    nothing, or that header and entry while the worker has not written one itself; when
+    one is due, a snapshot write (:func:`streaming.snapshots.save_snapshot`, about 2 s at
+    1M PSTHash subscriptions), in the task, before it matches.
     """
     if settings.snapshot_dir is None:
         return
@@ -542,7 +546,7 @@ def _refresh_snapshot(settings: WorkerSettings, store: StateStore, index: Worker
         return
     written = snapshot_state(settings.snapshot_dir, settings.redis_prefix, settings.matcher,
                              index.shard)  # fmt: skip
-    if written is not None and due < written[0] <= index.version:
+    if written is not None and written[0] > due:
         try:
             last = _change_at(store, written[0])
         except ChangeLogGapError:

@@ -5,6 +5,7 @@ change, else from every subscription), and the index is right either way."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -266,6 +267,42 @@ def test_workers_of_a_shard_write_one_snapshot_between_them(
     assert snapshot_version(settings) == first.snapshot_version == 35
     assert not claim.exists()
     check(first, exprs)
+
+
+def test_a_late_task_adopts_a_newer_snapshot_rather_than_write_over_it(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task of an earlier batch, run late, catches its worker up to that batch's
+    version: the snapshot another worker wrote at a later version stays."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    key = worker._cache_key(settings, 0)
+    late = worker._CACHE[key]
+    version = replace_all(store, exprs, 12, 11, "a = 4")
+    assert start_worker(settings, version).snapshot_version == 23  # another worker's write
+    worker._CACHE[key] = late
+    assert worker.sync_index(settings, 22) is late  # the late task's batch
+    assert snapshot_version(settings) == late.snapshot_version == 23
+    assert caplog.text.count("wrote the index snapshot") == 2  # first_load's, the other's
+
+
+def test_a_directory_that_cannot_take_the_snapshot_costs_one_attempt_per_half_retention(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture, tmp_path: Path,
+) -> None:
+    """Writing fails (the directory's parent is a file): the worker goes on matching,
+    and tries again only once the state has moved half the retention (10) on."""
+    settings, store = state
+    (tmp_path / "a-file").write_text("")
+    settings = dataclasses.replace(settings, snapshot_dir=str(tmp_path / "a-file" / "snaps"))
+    exprs = {f"s{i}": f"a >= {i % 5}" for i in range(12)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    start_worker(settings, 12)
+    version = 12
+    for step in range(8):  # the same steps as a worker that writes: 24, 36, 48, 60 due
+        version = replace_all(store, exprs, version, 6, f"a = {step}")
+        index = worker.sync_index(settings, version)
+    assert caplog.text.count("could not write the index snapshot") == 5  # 12 .. 60
+    check(index, exprs)
 
 
 def test_snapshots_live_beside_a_local_checkpoint_only() -> None:
