@@ -41,12 +41,12 @@ log = logging.getLogger("bench")
 
 
 def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
-    """Run :func:`sync_index` to ``version`` in a fresh process (a new Python worker);
-    its wall and CPU seconds, peak resident bytes, the changes it replayed and what it
-    started from (``built_from``)."""
+    """Run :func:`sync_index` to ``version`` in a fresh process (a new Python worker; the
+    index of shard 0 when ``settings.shards`` > 1); its wall and CPU seconds, peak
+    resident bytes, the changes it replayed and what it started from (``built_from``)."""
     fields = {name: getattr(settings, name) for name in (
         "redis_url", "redis_prefix", "retention", "matcher", "notifications_topic",
-        "rejected_topic", "snapshot_dir")}  # fmt: skip
+        "rejected_topic", "snapshot_dir", "shards")}  # fmt: skip
     code = (
         "import json, resource, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
