@@ -318,7 +318,6 @@ class BatchProcessor:
             config.redis_retry_seconds,
         )  # fmt: skip
         self.settings = worker_settings(config)
-        self.limits = self.settings.limits
         self.sink_settings = SinkSettings(config.bootstrap_servers, config.kafka_security,
                                           config.sink_compression)  # fmt: skip
         self._sink: RecordSink | None = None
@@ -354,7 +353,7 @@ class BatchProcessor:
                 validated = gather(
                     batch.filter(F.col("topic") == cfg.subscriptions_topic)
                     .select("key", "value", "topic", "partition", "offset")
-                    .mapInArrow(partial(apply_batches, self.limits, self.settings, floor),
+                    .mapInArrow(partial(apply_batches, self.settings.limits, self.settings, floor),
                                 APPLIED_DDL)
                     .toArrow()
                 )  # fmt: skip

@@ -169,26 +169,29 @@ def _claim(path: Path) -> Iterator[bool]:
     exclusively; yields whether this writer holds it (then it removes it on leaving). A
     claim :data:`CLAIM_STALE_SECONDS` old is removed and claimed again."""
     claim = path.with_name(path.name + ".writing")
-    for attempt in range(2):
+    taken = _create(claim)
+    if not taken:
         try:
-            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            break
-        except FileExistsError:
-            try:
-                age = time.time() - claim.stat().st_mtime
-            except FileNotFoundError:  # its writer just finished: claim it again
-                continue
-            if attempt or age < CLAIM_STALE_SECONDS:
-                yield False
-                return
-            claim.unlink(missing_ok=True)
-    else:
-        yield False
-        return
+            stale = time.time() - claim.stat().st_mtime >= CLAIM_STALE_SECONDS
+            if stale:
+                claim.unlink(missing_ok=True)
+        except FileNotFoundError:  # its writer just finished: claim it again
+            stale = True
+        taken = stale and _create(claim)
     try:
-        yield True
+        yield taken
     finally:
-        claim.unlink(missing_ok=True)
+        if taken:
+            claim.unlink(missing_ok=True)
+
+
+def _create(path: Path) -> bool:
+    """Create the empty file ``path``; False if it exists already."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 def snapshot_state(
@@ -196,19 +199,16 @@ def snapshot_state(
 ) -> tuple[int, str | None] | None:
     """The state version and ``last_change`` named by the header of the snapshot of
     ``matcher`` holding ``shard`` for ``prefix``, or ``None`` when there is no such
-    snapshot of this index code. The payload is not checked (:func:`load_snapshot`
-    does that): what a worker that keeps its index up to date reads to decide whether
-    the snapshot needs refreshing. Cost: one line read."""
+    snapshot of this index code, or its header names no valid state. The payload is not
+    checked (:func:`load_snapshot` does that): what a worker that keeps its index up to
+    date reads to decide whether the snapshot needs refreshing. Cost: one line read."""
     path = snapshot_path(directory, prefix, matcher, shard)
     try:
         with path.open("rb") as file:
             header = _header(file.readline(MAX_HEADER_BYTES), path, prefix, matcher, shard)
+        return _state(header, path)
     except (OSError, SnapshotError):
         return None
-    version, last_change = header.get("version"), header.get("last_change")
-    if not isinstance(version, int) or not isinstance(last_change, str | None):
-        return None
-    return version, last_change
 
 
 def _digest(prefix: str) -> str:
@@ -229,6 +229,17 @@ class _HashingWriter:
         self.sha256.update(data)
         self.size += memoryview(data).nbytes
         return self.out.write(data)
+
+
+def _state(header: dict[str, Any], path: Path) -> tuple[int, str | None]:
+    """The state version and ``last_change`` a snapshot's header names;
+    :class:`SnapshotError` unless the version is a non-negative int and the last change a
+    digest (or none, at version 0 only)."""
+    version, last_change = header.get("version"), header.get("last_change")
+    identified = isinstance(last_change, str) or (version == 0 and last_change is None)
+    if not isinstance(version, int) or version < 0 or not identified:
+        raise SnapshotError(f"{path} has no valid state version")
+    return version, last_change
 
 
 def _header(line: bytes, path: Path, prefix: str, matcher: str, shard: Shard) -> dict[str, Any]:
@@ -286,10 +297,7 @@ def load_snapshot(
                 "payload_sha256"):  # fmt: skip
             raise SnapshotError(f"{path} is corrupt (its size or checksum differs from its "
                                 "header)")  # fmt: skip
-        version, last_change = header.get("version"), header.get("last_change")
-        identified = isinstance(last_change, str) or (version == 0 and last_change is None)
-        if not isinstance(version, int) or version < 0 or not identified:
-            raise SnapshotError(f"{path} has no valid state version")
+        version, last_change = _state(header, path)
         # the open file still holds what was checked: a newer snapshot is another file,
         # renamed over this one's name
         file.seek(start)
