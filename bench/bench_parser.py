@@ -14,7 +14,7 @@ stored form. This script measures, in CPU time per subscription on one pinned co
   (:func:`streaming.records.subscription_value`);
 - ``load``: :func:`streaming.records.load_stored` on the stored text and normal form the
   record became, what each worker does with every subscription it indexes from the
-  change log (:func:`index.language.load_normal_form` instead of a parse);
+  change log (:func:`index.normal_form.load_normal_form` instead of a parse);
 
 and derives the stages (normal form = parse_subscription - parse, record overhead =
 record - parse_subscription). For a conjunction on distinct attributes,

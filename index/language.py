@@ -22,9 +22,8 @@ strings or booleans) plus, for strings, residual ``like`` patterns that are not 
 (suffix and contains). Every operator maps onto that shape, which is what lets one
 predicate-space tree per attribute serve them all.
 
-The normal form has a text form too, JSON (:func:`dump_normal_form`,
-:func:`load_normal_form`): the service parses a subscription once, on its way in, and its
-workers load the normal form from that text at about half the cost of a parse, or less.
+The normal form outside these objects, as JSON text and as columns of many
+subscriptions, is :mod:`index.normal_form`'s.
 
 Whatever the mix of operators, parsing costs O(len(text)) and normalisation at most
 :data:`MAX_NORMALISATION_STEPS` steps: interval sets intersect by a sorted merge, and
@@ -38,17 +37,14 @@ past a limit, :class:`index.errors.ExpressionLimitError`.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import IntEnum
-from itertools import chain, product
+from itertools import product
 from operator import attrgetter
 from typing import NamedTuple
-
-import orjson
 
 from index.errors import ExpressionError, ExpressionLimitError, UnsatisfiableError
 
@@ -1216,93 +1212,3 @@ def parse_subscription(text: str) -> Subscription:
             text,
         )
     return Subscription(text, conjuncts)
-
-
-# --------------------------------------------------------------------------- normal form as text
-#
-# [conjunct, ...]; a conjunct is [predicate, ...]; a predicate is
-# [attribute, kind, [lo, lo_closed, hi, hi_closed, ...]] and, with patterns, a fourth item
-# [[form, text, negated], ...]. JSON, for the change log: the driver parses each
-# subscription once and the workers read this instead of parsing it again.
-
-_KINDS = {int(kind): kind for kind in Kind}
-_new_tuple = tuple.__new__
-_BOUND_TYPES = {Kind.NUMBER: frozenset({int, float, type(None)}),
-                Kind.STRING: frozenset({str, type(None)}),
-                Kind.BOOL: frozenset({bool, type(None)})}  # fmt: skip
-
-
-def dump_normal_form(subscription: Subscription) -> str:
-    """The DNF of ``subscription`` as JSON text (decoder :func:`load_normal_form`).
-
-    Cost O(size of the normal form): orjson writes it, the standard library (ASCII
-    escapes) when a string holds a lone surrogate, which orjson refuses.
-    """
-    form = [[[p.attribute, int(p.kind),
-              [*chain.from_iterable(p.intervals)],  # each Interval is its four bounds
-              *([[[q.form, q.text, q.negated] for q in p.patterns]] if p.patterns else ())]
-             for p in c.predicates] for c in subscription.conjuncts]  # fmt: skip
-    try:
-        return orjson.dumps(form).decode()
-    except orjson.JSONEncodeError:
-        return json.dumps(form, separators=(",", ":"))
-
-
-def load_normal_form(text: str, form: str) -> Subscription:
-    """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
-    without parsing ``text``. With the stored record's JSON
-    (:func:`streaming.records.load_stored`), 15.6 µs on BE-Gen subscriptions, where
-    :func:`parse_subscription` takes 36.7 µs; 27.4 against 126.9 µs on a mix of every
-    operator (docs/bench-parser.md, as run at stop 38).
-
-    The shape and the kinds of the values are checked (:class:`ExpressionError` if
-    they are wrong), not that the intervals are sorted and disjoint: the form must come
-    from :func:`dump_normal_form` of a parsed subscription.
-    """
-    try:
-        try:
-            items = orjson.loads(form)
-        except orjson.JSONDecodeError:  # a lone surrogate's escape, which orjson refuses
-            items = json.loads(form)
-        conjuncts = tuple([Conjunct(tuple(map(_load_predicate, c))) for c in items])
-    except (TypeError, ValueError, IndexError, KeyError) as exc:
-        raise ExpressionError(f"a malformed normal form ({exc})", text) from None
-    if not conjuncts:
-        raise ExpressionError("a normal form with no conjunct", text)
-    return Subscription(text, conjuncts)
-
-
-def _load_predicate(item: list) -> Predicate:
-    """One predicate of a normal form's text; ``ValueError`` (or ``TypeError``,
-    ``IndexError``) if it is malformed. The common predicate, one interval, is checked
-    value by value, without the slices and sets of the general case, and both tuples are
-    made by ``tuple.__new__`` from what was checked (no constructor call)."""
-    if len(item) == 3:
-        attribute, kind, bounds = item
-        patterns: tuple[Pattern, ...] = ()
-    else:
-        attribute, kind, bounds, listed = item
-        patterns = tuple(map(_load_pattern, listed))
-    if attribute.__class__ is not str or kind.__class__ is not int:
-        raise ValueError(f"attribute {attribute!r:.100} of kind {kind!r:.20}")
-    kind = _KINDS[kind]
-    allowed = _BOUND_TYPES[kind]
-    if len(bounds) == 4:
-        lo, lo_closed, hi, hi_closed = bounds
-        if (lo.__class__ not in allowed or hi.__class__ not in allowed
-                or lo_closed.__class__ is not bool or hi_closed.__class__ is not bool):
-            raise ValueError(f"interval {bounds!r:.100} of a {kind.name} predicate")
-        return _new_tuple(Predicate, (attribute, kind, (_new_tuple(Interval, bounds),), patterns))
-    if (not bounds or len(bounds) % 4 or not set(map(type, bounds[::2])) <= allowed
-            or set(map(type, bounds[1::2])) != {bool}):  # fmt: skip
-        raise ValueError(f"intervals {bounds!r:.100} of a {kind.name} predicate")
-    intervals = tuple([_new_tuple(Interval, bounds[i:i + 4]) for i in range(0, len(bounds), 4)])
-    return _new_tuple(Predicate, (attribute, kind, intervals, patterns))
-
-
-def _load_pattern(item: list) -> Pattern:
-    form, text, negated = item
-    if form not in ("suffix", "contains") or text.__class__ is not str \
-            or negated.__class__ is not bool:
-        raise ValueError(f"pattern {item!r:.100}")
-    return Pattern(form, text, negated)

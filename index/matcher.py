@@ -35,6 +35,7 @@ from index.core.heap import gc_paused, release_free_heap
 from index.core.slot_ids import SlotIds
 from index.events import FlatEvent, flatten_event
 from index.language import Conjunct, Subscription, parse_subscription
+from index.normal_form import SubscriptionColumns
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,15 +147,41 @@ class Matcher(ABC):
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""
 
+    def add_columns(self, ids: Sequence[str], columns: SubscriptionColumns) -> None:
+        """Add the subscriptions whose normal forms ``columns`` holds
+        (:mod:`index.normal_form`), the i-th under ``ids[i]``, replacing any held under
+        those ids: what ``add_many`` of their objects does, in one bulk insert. The ids
+        must be distinct, one per subscription (``ValueError`` before anything changes).
+
+        A PS-Tree matcher files the columns as they are, with no object per predicate or
+        interval; the others build the subscriptions' objects first.
+        """
+        if len(ids) != len(columns) or len(set(ids)) != len(ids):
+            raise ValueError(f"add_columns takes one distinct id per subscription: "
+                             f"{len(set(ids))} distinct of {len(ids)} for {len(columns)}")
+        if not ids:
+            return
+        with gc_paused():
+            self._file_staged()
+            try:
+                self._insert_columns(self._replace_ids(list(ids)), columns)
+            finally:
+                self._finish_bulk()
+                release_free_heap()
+
     def _replace_many(self, batch: list[tuple[str, Subscription]]) -> None:
         """Index a batch of subscriptions under distinct ids in one bulk insert, after
         one bulk removal of those the ids held before."""
-        ids = [sub_id for sub_id, _ in batch]
+        slots = self._replace_ids([sub_id for sub_id, _ in batch])
+        self._insert_many(list(zip(slots.tolist(), (sub for _, sub in batch), strict=True)))
+
+    def _replace_ids(self, ids: list[str]) -> np.ndarray:
+        """Slots for ``ids`` (distinct), after one bulk removal of the subscriptions
+        they held."""
         held = self._ids.find(ids) >= 0
         if held.any():
             self.remove_many([sub_id for sub_id, h in zip(ids, held.tolist(), strict=True) if h])
-        slots = self._claim_slots(ids)
-        self._insert_many(list(zip(slots.tolist(), (sub for _, sub in batch), strict=True)))
+        return self._claim_slots(ids)
 
     def _file_staged(self) -> None:
         """File the staged removals, in one bulk removal (their slots become reusable),
@@ -328,6 +355,12 @@ class Matcher(ABC):
         """Index each subscription under its free slot; override to do it in bulk."""
         for slot, subscription in batch:
             self._insert(slot, subscription)
+
+    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
+        """Index the subscriptions of ``columns``, each under its free slot of ``slots``;
+        override to file the columns as they are (here: their objects, by
+        ``_insert_many``)."""
+        self._insert_many(list(zip(slots.tolist(), columns.subscriptions(), strict=True)))
 
     def _delete_many(self, slots: list[int]) -> None:
         """Remove everything indexed under each of the distinct ``slots``; override to

@@ -47,12 +47,8 @@ import orjson
 
 from index.errors import ExpressionError, ExpressionLimitError, PsmatchError
 from index.events import MAX_DEPTH, FlatEvent, flatten_event
-from index.language import (
-    Subscription,
-    dump_normal_form,
-    load_normal_form,
-    parse_subscription,
-)
+from index.language import Subscription, parse_subscription
+from index.normal_form import dump_normal_form, load_normal_form
 from streaming.errors import ConfigError
 
 RejectCode = Literal[
@@ -451,21 +447,38 @@ def load_stored(text: str, normal_form: str | None = None) -> SubscriptionRecord
     """Decode a stored subscription (:attr:`SubscriptionChange.stored`) for the matcher:
     its expression from ``normal_form`` (:attr:`SubscriptionChange.normal_form`) when
     given, about half the cost of parsing it or less
-    (:func:`index.language.load_normal_form`), else parsed."""
-    obj = loads_bounded(text.encode("utf-8"), "the stored subscription", MAX_STORED_NESTING)
-    try:
-        expr, subscriber, extra = obj["expr"], obj["subscriber"], obj["extra"]
-    except (TypeError, KeyError):
-        raise RecordError(
-            "invalid_record", 'a stored subscription is a JSON object {"expr", "extra", '
-            '"subscriber"}',
-        ) from None  # fmt: skip
+    (:func:`index.normal_form.load_normal_form`), else parsed."""
+    expr, subscriber, extra = _stored_fields(text)
     if normal_form is None or expr.__class__ is not str:
         return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))
     try:
         return SubscriptionRecord(expr, subscriber, extra, load_normal_form(expr, normal_form))
     except ExpressionError as exc:
         raise RecordError("invalid_record", f"invalid normal form: {exc}") from None
+
+
+def load_stored_head(sub_id: str, text: str) -> tuple[str, bytes]:
+    """The expression and the notification head (:func:`notification_head`) of the
+    stored subscription ``text`` of ``sub_id``, without its expression parsed or its
+    normal form read: what a worker that reads many normal forms into columns at once
+    (:func:`index.normal_form.load_normal_forms`) needs of the record. Cost: one JSON
+    decode of the record and the head's encoding."""
+    expr, subscriber, extra = _stored_fields(text)
+    if expr.__class__ is not str:
+        raise RecordError("invalid_record", "a stored subscription's expression is a string")
+    return expr, _head(sub_id, subscriber, extra)
+
+
+def _stored_fields(text: str) -> tuple[Any, Any, Any]:
+    """The expression, subscriber and extra of a stored subscription, unchecked."""
+    obj = loads_bounded(text.encode("utf-8"), "the stored subscription", MAX_STORED_NESTING)
+    try:
+        return obj["expr"], obj["subscriber"], obj["extra"]
+    except (TypeError, KeyError):
+        raise RecordError(
+            "invalid_record", 'a stored subscription is a JSON object {"expr", "extra", '
+            '"subscriber"}',
+        ) from None  # fmt: skip
 
 
 # -- events -------------------------------------------------------------------------------
@@ -544,9 +557,13 @@ def notification_head(sub_id: str, record: SubscriptionRecord) -> bytes:
     :func:`_dumps_extra` (about 4 µs per BE-Gen subscription, where three ``json.dumps``
     took about 8-12 µs: a worker computes one per subscription it loads).
     """
+    return _head(sub_id, record.subscriber, record.extra)
+
+
+def _head(sub_id: str, subscriber: str, extra: Mapping[str, Any]) -> bytes:
     return (f'{{"subscription_id":{_encode_string(sub_id)},'
-            f'"subscriber":{_encode_string(record.subscriber)},'
-            f'"extra":{_dumps_extra(dict(record.extra))},').encode()  # fmt: skip
+            f'"subscriber":{_encode_string(subscriber)},'
+            f'"extra":{_dumps_extra(dict(extra))},').encode()  # fmt: skip
 
 
 def notification_tail(

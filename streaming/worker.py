@@ -14,11 +14,12 @@ log no longer reaches back far enough (first use, a worker that missed more than
 retention, state rebuilt): from its snapshot (:mod:`streaming.snapshots`), else by
 replaying the whole change log from the empty state while the log still holds every
 change (:data:`REPLAY_PER_LIVE`), else from every subscription in Redis (read whole, the
-shard's kept); all in bulk, ``add_many`` :data:`LOAD_CHUNK` subscriptions at a time, the
-log read and the state scanned a chunk at a time, each stored subscription decoded
-(from the change log, its expression from the normal form the driver wrote beside it,
-not parsed again) inside a per-record barrier (one that cannot be decoded is left out
-and logged) and, should ``add_many`` itself raise, a rebuild one subscription at a time
+shard's kept); all in bulk, :data:`LOAD_CHUNK` subscriptions at a time, the log read
+and the state scanned a chunk at a time, each stored subscription decoded inside a
+per-record barrier (one that cannot be decoded is left out and logged): from the change
+log, a chunk's normal forms, which the driver wrote beside the records, are read into
+columns at once and filed from them (``Matcher.add_columns``), not parsed again; and,
+should the matcher's bulk insert itself raise, a rebuild one subscription at a time
 that leaves out only the culprits. A worker whose index has moved half the change log's
 retention past the newest snapshot of its shard writes a new one after its catch-up
 (:func:`_refresh_snapshot`), so that a worker that starts later finds a snapshot the log
@@ -55,15 +56,17 @@ from connectors.kafka import SINK_CHUNK, RecordSink, SinkSettings
 from connectors.state import DEFAULT_RETRY_SECONDS, Change, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
 from index.core.heap import gc_paused, release_free_heap
-from index.errors import PsmatchError
+from index.errors import ExpressionError, PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
+from index.normal_form import load_normal_forms
 from streaming.heads import NotificationHeads, binary_column
 from streaming.records import (
     RecordError,
     RecordLimits,
     event_id,
     load_stored,
+    load_stored_head,
     notification_head,
     notification_tail,
     now_iso,
@@ -110,12 +113,12 @@ REPLAY_PER_LIVE = 2
 """A reload replays the whole change log from the empty state, rather than parsing every
 live subscription, when the log still holds every change and at most this many per live
 subscription: a put replayed loads the normal form logged beside it, at about half the
-cost of a parse or less (:func:`index.language.load_normal_form`), and a delete costs
+cost of a parse or less (:func:`index.normal_form.load_normal_form`), and a delete costs
 less still. A fresh worker's PSTHash index of 100,000 BE-Gen subscriptions took 5.4-5.8 s
 of CPU from the log against 9.2-9.7 s from ``subs`` (docs/bench-streaming.md, stop 35)."""
 
 LOAD_CHUNK = 25_000
-"""Subscriptions per ``add_many`` of a reload, and changes per group of a catch-up. A
+"""Subscriptions per bulk insert of a reload, and changes per group of a catch-up. A
 group's changes (their stored texts and normal forms) and a bulk build's new columns are
 held beside the index; in groups that is one group's (1M BE-Gen PSTHash built in one
 call: peak 1,480 MiB; in chunks of 100,000: 1,351 MiB). Groups of 25,000 rather than
@@ -210,6 +213,12 @@ class ShardMismatchError(PsmatchError):
     job's plan no longer partitions events by shard (a bug, never a record's fault)."""
 
 
+def _leave_out(sub_id: str, exc: Exception, left_out: list[str]) -> None:
+    """Log a stored subscription the index leaves out, and note its id in ``left_out``."""
+    log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
+    left_out.append(sub_id)
+
+
 BuiltFrom = Literal["snapshot", "change log", "subscriptions"]
 """Where a reload started from: an index snapshot, the empty state (the whole change log
 replayed), or every live subscription read from Redis."""
@@ -239,7 +248,7 @@ class WorkerIndex:
         the text ``None`` for a delete), in order, in bulk: changes of other shards are
         skipped (one CRC-32 of the id each, none with one shard); only each id's last
         change counts; the deletions are one bulk removal, and the puts go to
-        :meth:`load`. Raises whatever ``add_many`` raised: the matcher may then be half
+        :meth:`load`. Raises whatever the matcher's bulk insert raised: it may then be half
         updated, and the caller discards it.
 
         Cost: one JSON decode and normal-form load (or expression parse) per put, the
@@ -254,46 +263,65 @@ class WorkerIndex:
 
     def load(self, stored: Iterable[tuple[str, str, str | None]]) -> None:
         """Index stored subscriptions (``(id, stored text, normal form or None)``, see
-        :func:`streaming.records.load_stored`) as they come, in
-        ``add_many`` calls of :data:`LOAD_CHUNK`: those of other shards are skipped, and
-        an id given twice keeps its last text (the matcher replaces it). The
-        subscriptions are decoded one by one inside the per-record barrier (see
-        :meth:`_decode`). Raises whatever ``add_many`` raised, as :meth:`apply` does.
+        :func:`streaming.records.load_stored`) as they come, :data:`LOAD_CHUNK` at a
+        time (:meth:`_load_chunk`): those of other shards are skipped, and an id given
+        twice keeps its last text (within a chunk the last is kept, across chunks the
+        matcher replaces it). Raises whatever the matcher's bulk insert raised, as
+        :meth:`apply` does.
 
-        Memory: one chunk's bulk batch and Python objects for its heads (written to
-        the heads' columns after each chunk), not the input (a full reload streams it
-        from Redis, :meth:`connectors.state.StateStore.scan`).
+        Memory: one chunk's texts and columns and its heads (written to the heads'
+        columns after each chunk), not the input (a full reload streams it from Redis,
+        :meth:`connectors.state.StateStore.scan`).
         """
         holds = self.shard.holds
         left_out: list[str] = []
         mine = (item for item in stored if holds(item[0]))
-        for first in mine:
-            chunk = chain([first], islice(mine, LOAD_CHUNK - 1))
-            heads: dict[str, bytes] = {}
-            self.matcher.add_many(self._decode(chunk, heads, left_out))
-            # an id given twice: its last head
-            self.heads.put_many(self.matcher.slots_of(list(heads)), list(heads.values()))
+        with gc_paused():  # a chunk's decoded forms are many lists: see index.core.heap
+            for first in mine:
+                chunk = {sub_id: (text, form)
+                         for sub_id, text, form in chain([first], islice(mine, LOAD_CHUNK - 1))}
+                self._load_chunk(chunk, left_out)
         self.delete(left_out)
 
-    @staticmethod
-    def _decode(
-        puts: Iterable[tuple[str, str, str | None]], heads: dict[str, bytes],
-        left_out: list[str],
-    ) -> Iterator[tuple[str, Subscription]]:
-        """The parsed subscriptions of ``puts``, for ``add_many``; their notification
-        heads go to ``heads``. One that cannot be decoded (the driver validated it, so
-        only a hand-edited Redis or a bug) is logged and its id put in ``left_out``, for
-        the caller to remove any previous version: the index never holds a stale one."""
-        for sub_id, stored, normal_form in puts:
+    def _load_chunk(self, chunk: dict[str, tuple[str, str | None]], left_out: list[str]
+                    ) -> None:  # fmt: skip
+        """Index a chunk of distinct ids' stored subscriptions: those with a normal form
+        read into columns all at once and added from them (``Matcher.add_columns``,
+        no object per predicate), the others parsed (``add_many``). Each record is
+        decoded inside the per-record barrier: one that cannot be (the driver validated
+        it, so only a hand-edited Redis or a bug) is logged and its id put in
+        ``left_out``, for the caller to remove any previous version: the index never
+        holds a stale one. A malformed normal form fails the chunk's batch read, and the
+        chunk's forms are then read one by one to find it."""
+        heads: dict[str, bytes] = {}
+        parsed: list[tuple[str, Subscription]] = []
+        ids, texts, forms = [], [], []
+        for sub_id, (stored, form) in chunk.items():
             try:  # the per-record barrier; no I/O inside
-                record = load_stored(stored, normal_form)
-                head = notification_head(sub_id, record)
+                if form is None:
+                    record = load_stored(stored)
+                    heads[sub_id] = notification_head(sub_id, record)
+                    parsed.append((sub_id, record.subscription))
+                else:
+                    expr, heads[sub_id] = load_stored_head(sub_id, stored)
+                    ids.append(sub_id)
+                    texts.append(expr)
+                    forms.append(form)
             except Exception as exc:
-                left_out.append(sub_id)
-                log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
-                continue
-            heads[sub_id] = head
-            yield sub_id, record.subscription
+                _leave_out(sub_id, exc, left_out)
+        try:
+            columns = load_normal_forms(texts, forms)
+        except ExpressionError:
+            for sub_id in ids:
+                try:  # the per-record barrier; no I/O inside
+                    parsed.append((sub_id, load_stored(*chunk[sub_id]).subscription))
+                except Exception as exc:
+                    del heads[sub_id]
+                    _leave_out(sub_id, exc, left_out)
+            ids, columns = [], load_normal_forms([], [])
+        self.matcher.add_columns(ids, columns)
+        self.matcher.add_many(parsed)
+        self.heads.put_many(self.matcher.slots_of(list(heads)), list(heads.values()))
 
     def put(self, sub_id: str, stored: str) -> None:
         """Index one stored subscription, inside the per-record barrier: one the matcher
@@ -305,8 +333,9 @@ class WorkerIndex:
             # add_many files before it returns (add would stage): a culprit raises here
             self.matcher.add_many([(sub_id, record.subscription)])
         except Exception as exc:  # the per-record barrier; no I/O inside
-            self.delete([sub_id])
-            log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
+            left_out: list[str] = []
+            _leave_out(sub_id, exc, left_out)
+            self.delete(left_out)
             return
         self.heads.put(self.matcher.slot_of(sub_id), head)
 
@@ -355,8 +384,8 @@ def build_index(
     shard: Shard = WHOLE,
 ) -> WorkerIndex:  # fmt: skip
     """An index of every stored subscription of ``shard`` that ``read()`` gives (id,
-    stored text), labelled ``version``: in bulk (:meth:`WorkerIndex.load`); should
-    ``add_many`` raise, a fresh matcher is built one subscription at a time from a second
+    stored text), labelled ``version``: in bulk (:meth:`WorkerIndex.load`); should the
+    bulk insert raise, a fresh matcher is built one subscription at a time from a second
     ``read()``, so that only the culprits are left out."""
     index = WorkerIndex(make_matcher(matcher), version, shard=shard, built_from="subscriptions")
     try:

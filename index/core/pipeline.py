@@ -95,7 +95,8 @@ class IndexedMatcher(Matcher):
 
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
         slots, conjuncts = self._conjuncts_of(batch)
-        cids = self.registry.allocate(slots, conjuncts)
+        cids = self.registry.allocate(slots, np.fromiter(
+            (len(c.predicates) for c in conjuncts), np.int64, len(conjuncts)))  # fmt: skip
         residual = np.flatnonzero(self._file(cids, conjuncts))
         if len(residual):
             self.registry.mark_residual(cids[residual], [conjuncts[i] for i in residual])

@@ -73,17 +73,16 @@ class ConjunctRegistry:
 
     # -- allocation and links --------------------------------------------------------
 
-    def allocate(self, slots: Sequence[int], conjuncts: Sequence[Conjunct]) -> np.ndarray:
-        """New cids for ``conjuncts`` (of the subscriptions in ``slots``), linked to their
-        slots; freed cids are reused first. Cost O(n) plus O(1) Python work per cid
-        for the links."""
-        n = len(conjuncts)
+    def allocate(self, slots: Sequence[int], predicate_count: np.ndarray) -> np.ndarray:
+        """New cids for conjuncts of ``predicate_count`` predicates each (of the
+        subscriptions in ``slots``), linked to their slots; freed cids are reused first.
+        Cost O(n) plus O(1) Python work per cid for the links."""
+        n = len(predicate_count)
         reused = self._free[-n:][::-1] if n <= len(self._free) else self._free[::-1]
         del self._free[len(self._free) - len(reused):]
         start = len(self)
         end = start + n - len(reused)
         cids = np.array(reused + list(range(start, end)), dtype=np.int64)
-        sizes = [len(c.predicates) for c in conjuncts]
         # new cids take their constant columns from the fill and only reused ones are
         # reset: a single add costs a few slice fills, not numpy calls for every column
         for column, fill in ((self.slot, 0), (self.alive, True), (self.predicates, 0),
@@ -94,9 +93,9 @@ class ConjunctRegistry:
             self.residual.data[reused] = False
             self.access_pattern.data[reused] = -1
         self.slot.data[cids] = slots
-        self.predicates.data[cids] = sizes
+        self.predicates.data[cids] = predicate_count
         self.live += n
-        self.live_predicates += sum(sizes)
+        self.live_predicates += int(np.sum(predicate_count))
         self._link(slots, cids)
         return cids
 

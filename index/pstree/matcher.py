@@ -24,6 +24,7 @@ from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates, IndexedMatcher
 from index.events import FlatEvent
 from index.language import Conjunct
+from index.normal_form import ConjunctColumns, SubscriptionColumns
 from index.pstree.forest import Forest, LocatedBatch
 from index.pstree.store import ConjunctStore, InsertedConjuncts
 
@@ -59,7 +60,19 @@ class ForestMatcher(IndexedMatcher):
 
     # -- life cycle --------------------------------------------------------------------
 
+    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
+        conjuncts = columns.conjuncts
+        cids = self.registry.allocate(np.repeat(slots, columns.conjunct_count),
+                                      conjuncts.predicate_count)  # fmt: skip
+        residual = np.flatnonzero(self._file_columns(cids, conjuncts))
+        if len(residual):
+            self.registry.mark_residual(cids[residual], conjuncts.conjuncts(residual.tolist()))
+
     def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
+        return self._file_columns(cids, ConjunctColumns.of_conjuncts(conjuncts))
+
+    def _file_columns(self, cids: np.ndarray, conjuncts: ConjunctColumns) -> np.ndarray:
+        """File new conjuncts given as columns; returns the mask of residual ones."""
         inserted = self.store.insert_many(cids, conjuncts)
         self._file_rows(inserted)
         return inserted.residual

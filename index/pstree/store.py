@@ -16,15 +16,15 @@ the store keeps rows per cid and reads liveness and residual conjuncts from it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain, pairwise, repeat
-from operator import attrgetter
+from itertools import pairwise, repeat
 
 import numpy as np
 
 from index.core.columns import GrowableArray, expand_ranges, set_bits
 from index.core.heap import release_free_heap
 from index.core.registry import ConjunctRegistry
-from index.language import Conjunct, Interval, Predicate
+from index.language import Conjunct, Interval, Kind, Predicate
+from index.normal_form import ConjunctColumns
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
 from index.pstree.kernels import ROW_HI, ROW_INTERVALS, ROW_LO, ROW_TREE, verify_candidates
 
@@ -43,15 +43,6 @@ ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi", "intervals"], "formats": [np
 position of its hull and its number of intervals, each field at the column of the
 verification kernel's ``[rows, 4]`` table (:data:`index.pstree.kernels.ROW_TREE` ..),
 so that the rows are that table as they are."""
-
-
-_PREDICATES = attrgetter("predicates")
-_ATTRIBUTE = attrgetter("attribute")
-_KIND = attrgetter("kind")
-_INTERVALS = attrgetter("intervals")
-_PATTERNS = attrgetter("patterns")
-_LO, _LO_CLOSED = attrgetter("lo"), attrgetter("lo_closed")
-_HI, _HI_CLOSED = attrgetter("hi"), attrgetter("hi_closed")
 
 
 def operator_ranks(iv_pred: np.ndarray, iv_first: np.ndarray, niv: np.ndarray,
@@ -149,41 +140,27 @@ class ConjunctStore:
 
     # -- insertion and removal ------------------------------------------------------
 
-    def insert_many(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> InsertedConjuncts:
+    def insert_many(self, cids: np.ndarray, conjuncts: ConjunctColumns) -> InsertedConjuncts:
         """Store the rows of new conjuncts, inserting their bounds into the PS-Trees.
 
         Each conjunct's predicates are put in access order: fewest past events in the
         spaces they cover first (the paper's selectivity), then the operator ranking,
         then fewest spaces covered (the paper's "narrower value sets first").
-        Cost: the objects read into columns in C loops (no Python frame per predicate),
-        then vectorised work proportional to the spaces the predicates cover, plus O(m)
-        per tree that gets new bounds.
+        Cost: vectorised work proportional to the spaces the predicates cover, plus O(m)
+        per tree that gets new bounds, plus one dictionary lookup per predicate for its
+        tree.
         """
         forest = self.forest
-        # Columns straight from the objects with map/attrgetter (C loops, no Python
-        # frame per predicate or interval).
-        by_conjunct = list(map(_PREDICATES, conjuncts))
-        predicates = list(chain.from_iterable(by_conjunct))
-        n_preds = len(predicates)
+        n_preds = len(conjuncts.kind)
         p_conj_column = np.repeat(np.arange(len(conjuncts), dtype=np.int64),
-                                  np.fromiter(map(len, by_conjunct), np.int64, len(by_conjunct)))
-        del by_conjunct
-        pred_tree = self._tree_ids(predicates)
-        by_predicate = list(map(_INTERVALS, predicates))
-        pred_niv = np.fromiter(map(len, by_predicate), np.int64, n_preds)
-        has_patterns = np.fromiter(map(bool, map(_PATTERNS, predicates)), bool, n_preds)
-        del predicates
-        intervals = list(chain.from_iterable(by_predicate))
-        del by_predicate
-        # Columns at once, and the lists dropped before the bounds go in: a flood of
-        # long `not in` lists makes many intervals, and the lists cost 8 bytes a cell.
-        n = len(intervals)
-        lo_closed = np.fromiter(map(_LO_CLOSED, intervals), bool, n)
-        hi_closed = np.fromiter(map(_HI_CLOSED, intervals), bool, n)
+                                  conjuncts.predicate_count)
+        pred_tree = self._tree_ids(conjuncts.attribute, conjuncts.kind)
+        pred_niv = conjuncts.interval_count
+        lo_closed, hi_closed = conjuncts.lo_closed, conjuncts.hi_closed
+        n = len(lo_closed)
         ends = np.empty(2 * n, dtype=object)
-        ends[:n] = list(map(_LO, intervals))
-        ends[n:] = list(map(_HI, intervals))
-        del intervals
+        ends[:n] = conjuncts.lo
+        ends[n:] = conjuncts.hi
         iv_pred = np.repeat(np.arange(len(pred_tree)), pred_niv)
         iv_tree = pred_tree[iv_pred]
         lo_bid, hi_bid, splits = self._reference_bounds(iv_tree, ends)
@@ -230,23 +207,23 @@ class ConjunctStore:
             iv_covered_count=(hi - lo + 1)[iv_order],
             pred_uncovered=(sizes[pred_tree] - cover)[order].astype(np.int64),
             layout=layout,
-            residual=np.bincount(p_conj_column, weights=has_patterns,
+            residual=np.bincount(p_conj_column, weights=conjuncts.has_patterns,
                                  minlength=len(conjuncts)) > 0,
         )
 
-    def _tree_ids(self, predicates: list[Predicate]) -> np.ndarray:
+    def _tree_ids(self, attribute: list[str], kind: np.ndarray) -> np.ndarray:
         """The tree of each predicate's (attribute, kind), trees created for new ones in
         order of first appearance. O(n) in C loops."""
         tree_of = self.forest.tree_of
-        keys = zip(map(_ATTRIBUTE, predicates), map(_KIND, predicates), strict=True)
-        tids = np.fromiter(map(tree_of.get, keys, repeat(-1)), np.int64, len(predicates))
+        keys = list(zip(attribute, kind.tolist(), strict=True))
+        tids = np.fromiter(map(tree_of.get, keys, repeat(-1)), np.int64, len(keys))
         missing = np.flatnonzero(tids < 0)
         if len(missing):
-            new = list(map(predicates.__getitem__, missing.tolist()))
-            keys = list(zip(map(_ATTRIBUTE, new), map(_KIND, new), strict=True))
-            for attribute, kind in dict.fromkeys(keys):
-                self.forest.tree(attribute, kind)
-            tids[missing] = np.fromiter(map(tree_of.__getitem__, keys), np.int64, len(keys))
+            new = list(dict.fromkeys(map(keys.__getitem__, missing.tolist())))
+            for name, k in new:
+                self.forest.tree(name, Kind(k))
+            tids[missing] = np.fromiter(map(tree_of.__getitem__, map(keys.__getitem__,
+                                        missing.tolist())), np.int64, len(missing))  # fmt: skip
         return tids
 
     def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray,

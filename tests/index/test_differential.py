@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from index import MATCHERS, ExpressionError, make_matcher
 from index.events import flatten_event
-from index.language import parse_subscription
+from index.language import Subscription, parse_subscription
+from index.normal_form import dump_normal_form, load_normal_forms
 from tests.index.strategies import (
     events,
     expressions,
@@ -25,9 +26,19 @@ from tests.index.strategies import (
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
 
+
+def parsed_or_none(text: str) -> Subscription | None:
+    try:
+        return parse_subscription(text)
+    except ExpressionError:
+        return None  # the strategy also draws expressions that can never be true
+
+
 operations = st.lists(
     st.one_of(
         st.tuples(st.just("add"), st.integers(0, 12).map(str), expressions()),
+        st.tuples(st.just("add_columns"), st.none(),
+                  st.dictionaries(st.integers(0, 12).map(str), expressions(), max_size=6)),
         st.tuples(st.just("remove"), st.integers(0, 12).map(str), st.none()),
         st.tuples(st.just("remove_many"), st.none(),
                   st.sets(st.integers(0, 12).map(str), max_size=6)),
@@ -65,6 +76,13 @@ def test_matcher_returns_what_scan_returns(name: str, ops: list) -> None:
                 continue
             matcher.add(sub_id, subscription)
             scan.add(sub_id, subscription)
+            matcher.check()
+        elif op == "add_columns":  # in bulk, from the normal forms' text, as a worker does
+            adds = {i: s for i, s in ((i, parsed_or_none(text)) for i, text in arg.items()) if s}
+            matcher.add_columns(list(adds), load_normal_forms(
+                [s.text for s in adds.values()], [dump_normal_form(s) for s in adds.values()]))
+            for i, s in adds.items():
+                scan.add(i, s)
             matcher.check()
         elif op == "remove":
             if sub_id in scan:

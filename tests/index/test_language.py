@@ -26,12 +26,10 @@ from index.language import (
     _parse_conjunction,
     _Parser,
     _scan_conjunction,
-    dump_normal_form,
-    load_normal_form,
     parse_expression,
     parse_subscription,
 )
-from tests.index.strategies import comparisons, expressions
+from tests.index.strategies import comparisons
 
 
 def only_predicates(text: str):
@@ -362,54 +360,3 @@ def test_intervals_and_predicates_are_immutable_named_tuples(cls):
     assert cls(**dict(zip(cls._fields, values, strict=True))) == made
     with pytest.raises(AttributeError):
         setattr(made, cls._fields[0], None)
-
-
-# -- the normal form as text --------------------------------------------------------------
-
-
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(expressions())
-def test_the_normal_form_read_back_from_its_text_is_the_parsed_subscription(text):
-    try:
-        subscription = parse_subscription(text)
-    except ExpressionError:
-        return  # the strategy also draws expressions that can never be true
-    form = dump_normal_form(subscription)
-    loaded = load_normal_form(text, form)
-    assert loaded == subscription
-    # the same values of the same types: 1 and 1.0 or True are equal, not the same
-    assert [type(iv.lo) for c in loaded.conjuncts for p in c.predicates for iv in p.intervals] \
-        == [type(iv.lo) for c in subscription.conjuncts for p in c.predicates
-            for iv in p.intervals]  # fmt: skip
-    assert loaded.expression == subscription.expression == parse_expression(text)
-
-
-@pytest.mark.parametrize("text", [
-    "a like 'x\ud7ff%'",  # the prefix's successor ends in a lone surrogate, U+D800
-    "a = 9223372036854775807 and b = -9223372036854775808 and c = 1e300 and d = -0.0",
-    "a in ('', 'é', '\U0010ffff') and b = true and not c like '%x%' and d like '%y'",
-])  # fmt: skip
-def test_the_normal_form_text_keeps_edge_values_exactly(text):
-    subscription = parse_subscription(text)
-    loaded = load_normal_form(text, dump_normal_form(subscription))
-    assert loaded == subscription
-    assert [repr(iv) for c in loaded.conjuncts for p in c.predicates for iv in p.intervals] \
-        == [repr(iv) for c in subscription.conjuncts for p in c.predicates
-            for iv in p.intervals]  # fmt: skip
-
-
-@pytest.mark.parametrize("form", [
-    "", "[", "{}", "[]", "[[]]x", '[[["a",0,[1,true,1,true]]]', '[[["a",3,[1,true,1,true]]]]',
-    '[[["a",-1,[1,true,1,true]]]]', '[[["a",true,[1,true,1,true]]]]',
-    '[[["a",0,[1,true,1]]]]', '[[["a",0,[]]]]', '[[[1,0,[1,true,1,true]]]]',
-    '[[["a",0,[true,true,true,true]]]]', '[[["a",0,["1",true,1,true]]]]',
-    '[[["a",1,[1,true,1,true]]]]', '[[["a",2,[1,true,1,true]]]]',
-    '[[["a",0,[1,1,1,true]]]]', '[[["a",0,[1,true,1,true,2,true,2,"x"]]]]',
-    '[[["a",1,[null,false,null,false],[["prefix","x",false]]]]]',
-    '[[["a",1,[null,false,null,false],[["suffix",1,false]]]]]',
-    '[[["a",1,[null,false,null,false],[["suffix","x",0]]]]]',
-    '[[["a",1,[null,false,null,false],[],[]]]]', '[[["a",0,{"lo":1}]]]', "[[1]]", "[1]",
-])  # fmt: skip
-def test_a_malformed_normal_form_text_is_an_expression_error(form):
-    with pytest.raises(ExpressionError, match="normal form"):
-        load_normal_form("a = 1", form)

@@ -12,6 +12,8 @@ import pytest
 from index import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
 from index.core.multimap import MERGE_MIN
 from index.events import flatten_event
+from index.language import parse_subscription
+from index.normal_form import dump_normal_form, load_normal_forms
 
 
 @pytest.fixture(params=MATCHERS)
@@ -197,6 +199,25 @@ def test_add_many_with_a_repeated_id_keeps_the_last(matcher):
     matcher.check()
     assert len(matcher) == 1
     assert matcher.match_batch([{"a": 1}, {"a": 2}]) == [set(), {"x"}]
+
+
+def test_add_columns_adds_normal_forms_in_bulk_replacing_held_ids(matcher):
+    texts = {"a": "s like '%x%' and n > 1", "b": "s like 'ab%' or n = 2",
+             "c": "not s like '%z' and n between 0 and 9", "d": "n in (5, 7) or t = true"}
+    matcher.add("a", "n = 0")  # replaced by the bulk add
+    matcher.add("e", "n = 0")
+    columns = load_normal_forms(list(texts.values()),
+                                [dump_normal_form(parse_subscription(t)) for t in texts.values()])
+    matcher.add_columns(list(texts), columns)
+    matcher.check()
+    assert len(matcher) == 5
+    batch = [{"s": "axe", "n": 2}, {"s": "abc", "n": 5}, {"s": "zz", "n": 0},
+             {"n": 7, "t": True}, {"n": 0}]  # fmt: skip
+    # an absent attribute makes a comparison unknown, and `not` of unknown is not true
+    assert matcher.match_batch(batch) == [{"a", "b", "c"}, {"b", "c", "d"}, {"e"}, {"d"}, {"e"}]
+    with pytest.raises(ValueError, match="one distinct id per subscription"):
+        matcher.add_columns(["x", "x", "y", "z"], columns)
+    assert len(matcher) == 5
 
 
 def test_an_unpickled_index_takes_enough_adds_to_merge_its_side_lists(matcher):

@@ -12,7 +12,8 @@ import pytest
 
 from connectors.kafka import JsonProducer
 from connectors.state import StateStore
-from index.language import dump_normal_form, parse_subscription
+from index.language import parse_subscription
+from index.normal_form import dump_normal_form
 from streaming.config import ServiceConfig
 from streaming.job import batch_may_read
 from tests.streaming.test_end_to_end import running, wait_for_notifications

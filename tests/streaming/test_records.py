@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from index import make_matcher
 from index.events import MAX_DEPTH, flatten_event
-from index.language import dump_normal_form
+from index.normal_form import dump_normal_form
 from streaming import worker
 from streaming.errors import ConfigError
 from streaming.records import (

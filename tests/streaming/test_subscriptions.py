@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 from connectors.local import LocalServices
-from index.language import dump_normal_form, parse_subscription
+from index.language import parse_subscription
+from index.normal_form import dump_normal_form
 from streaming import subscriptions
 from streaming.records import DEFAULT_LIMITS, dumps_record, parse_rejected
 from streaming.subscriptions import APPLIED_SCHEMA, apply_batches, gather, validate_records

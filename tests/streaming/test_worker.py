@@ -224,27 +224,32 @@ def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
     state: tuple[WorkerSettings, StateStore], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The driver parsed each subscription once and logged its normal form beside it: a
-    worker catching up builds from that, without parsing. A change logged without one
-    is parsed; one whose normal form is malformed (a hand-edited Redis) is left out."""
+    worker catching up reads the forms of a group of changes into columns at once, with
+    neither a parse nor an object per predicate. A change logged without one is parsed;
+    one whose normal form is malformed (a hand-edited Redis) makes the group's forms read
+    one by one, and is left out."""
     settings, store = state
     store.apply([put(0, "old", "a = 9")])
     index = worker.sync_index(settings, 1)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
-    changes = [logged(offset, sid, expr) for offset, (sid, expr) in enumerate(exprs.items(), 1)]
-    changes += [put(31, "parsed", "b = 'y'"), SourceChange(
-        "subs:0", 32, "old", dumps_record("a = 1", "who", {}), '[[["a",0,["1",true,1,true]]]]')]
-    store.apply(changes)
+    logs = [logged(offset, sid, expr) for offset, (sid, expr) in enumerate(exprs.items(), 1)]
+    store.apply(logs[:20])
     parsed: list[str] = []
-    parse = records.parse_subscription
+    one_by_one: list[str] = []
+    parse, load_form = records.parse_subscription, records.load_normal_form
+    monkeypatch.setattr(records, "parse_subscription",
+                        lambda text: parsed.append(text) or parse(text))
+    monkeypatch.setattr(records, "load_normal_form",
+                        lambda text, form: one_by_one.append(text) or load_form(text, form))
+    assert worker.sync_index(settings, 21) is index and index.replayed == 1 + 20
+    assert parsed == one_by_one == []
 
-    def counted(text: str) -> Subscription:
-        parsed.append(text)
-        return parse(text)
-
-    monkeypatch.setattr(records, "parse_subscription", counted)
+    malformed = SourceChange("subs:0", 32, "old", dumps_record("a = 1", "who", {}),
+                             '[[["a",0,["1",true,1,true]]]]')  # fmt: skip
+    store.apply([*logs[20:], put(31, "parsed", "b = 'y'"), malformed])
     same = worker.sync_index(settings, 33)
     assert same is index and index.replayed == 1 + 32
-    assert parsed == ["b = 'y'"]
+    assert parsed == ["b = 'y'"] and len(one_by_one) == 10 + 1
     index.check()
     exprs["parsed"] = "b = 'y'"
     assert set(index.matcher) == set(exprs)  # "old" left out, its previous version removed

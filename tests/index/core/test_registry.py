@@ -13,11 +13,16 @@ def conjuncts(text: str):
     return list(parse_subscription(text).conjuncts)
 
 
+def sizes(conjuncts) -> np.ndarray:
+    """The number of predicates of each conjunct, what ``allocate`` takes."""
+    return np.array([len(c.predicates) for c in conjuncts], dtype=np.int64)
+
+
 def test_allocate_links_each_subscription_to_its_conjuncts():
     r = ConjunctRegistry()
     first = conjuncts("a = 1 or b = 2")
-    cids = r.allocate([7, 7], first)
-    cids2 = r.allocate([3], conjuncts("c > 1 and d < 2"))
+    cids = r.allocate([7, 7], sizes(first))
+    cids2 = r.allocate([3], sizes(conjuncts("c > 1 and d < 2")))
     r.check([7, 3])
     assert sorted(r.cids_of(7)) == sorted(cids.tolist()) and r.cids_of(3) == cids2.tolist()
     assert (r.live, r.live_predicates) == (3, 4)
@@ -28,20 +33,20 @@ def test_removed_ids_are_reused_only_after_reclaim(monkeypatch):
     monkeypatch.setattr(registry_module, "PURGE_MIN", 1)
     r = ConjunctRegistry()
     for slot in range(4):
-        r.allocate([slot], conjuncts(f"a = {slot}"))
+        r.allocate([slot], sizes(conjuncts(f"a = {slot}")))
     removed = r.unlink(np.array([0, 1]))
     r.check([2, 3])
     assert not r.alive.data[removed].any() and r.purge_due and r.awaiting_reclaim == 2
-    assert set(r.allocate([5], conjuncts("b = 1")).tolist()).isdisjoint(removed)
+    assert set(r.allocate([5], sizes(conjuncts("b = 1"))).tolist()).isdisjoint(removed)
     r.reclaim()
-    assert r.allocate([6], conjuncts("b = 2"))[0] in removed
+    assert r.allocate([6], sizes(conjuncts("b = 2")))[0] in removed
     r.check([2, 3, 5, 6])
     assert (r.live, r.live_predicates, len(r)) == (4, 4, 5)
 
 
 def test_residual_conjuncts_are_finished_by_evaluation():
     r = ConjunctRegistry()
-    cids = r.allocate([0, 1], [*conjuncts("s like '%x%'"), *conjuncts("s like 'a%'")])
+    cids = r.allocate([0, 1], sizes([*conjuncts("s like '%x%'"), *conjuncts("s like 'a%'")]))
     r.mark_residual(cids[:1], conjuncts("s like '%x%'"))
     r.check([0, 1])
     events = np.array([0, 0, 1, 1])

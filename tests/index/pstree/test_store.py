@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from index.core.registry import ConjunctRegistry
 from index.events import flatten_event
 from index.language import Conjunct, Predicate
+from index.normal_form import ConjunctColumns
 from index.pstree.forest import Forest
 from index.pstree.store import ConjunctStore, operator_ranks
 from tests.index.strategies import events, expressions, parsed
@@ -39,8 +40,9 @@ class Stored:
     def add(self, conjuncts: list[Conjunct]) -> None:
         """Store more conjuncts, each as its own subscription (slot = its index)."""
         slots = list(range(len(self.conjuncts), len(self.conjuncts) + len(conjuncts)))
-        cids = self.registry.allocate(slots, conjuncts)
-        inserted = self.store.insert_many(cids, conjuncts)
+        columns = ConjunctColumns.of_conjuncts(conjuncts)
+        cids = self.registry.allocate(slots, columns.predicate_count)
+        inserted = self.store.insert_many(cids, columns)
         self.conjuncts += conjuncts
         self.cids = np.concatenate([self.cids, cids])
         self.residual = np.concatenate([self.residual, inserted.residual])
