@@ -8,7 +8,8 @@ resident memory:
 
 1. *full reload + snapshot write*: a worker with no index reads every subscription from
    Redis, builds its matcher and writes its index snapshot (:mod:`streaming.snapshots`);
-2. ``--changes`` puts are then applied to the state (each replacing a subscription);
+2. ``--changes`` puts are then applied to the state (each replacing a subscription),
+   validated as the job validates them, their normal forms logged beside them;
 3. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
    from the change log.
 
@@ -34,7 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from connectors.local import RedisServer  # noqa: E402
 from connectors.state import SourceChange, StateStore  # noqa: E402
-from streaming.records import dumps_record  # noqa: E402
+from streaming.records import (  # noqa: E402
+    dumps_record,
+    parse_subscription_record,
+    subscription_value,
+)
 from streaming.worker import WorkerSettings  # noqa: E402
 
 log = logging.getLogger("bench")
@@ -98,11 +103,15 @@ def main() -> int:
         log.info("full reload + snapshot write: %s (%.0f MB)", reload, size / 1e6)
 
         # the snapshot falls behind: --changes puts, each replacing a subscription by
-        # another one of the workload
+        # another one of the workload, validated and logged as the job does (with the
+        # normal form beside the record, so that the replay parses nothing)
         offset = len(subs)
-        store.apply([SourceChange("subs:0", offset + i, f"s{subs[i % len(subs)][0]}",
-                                  dumps_record(subs[(i + 1) % len(subs)][1], "bench", {}))
-                     for i in range(args.changes)])  # fmt: skip
+        validated = (parse_subscription_record(f"s{subs[i % len(subs)][0]}".encode(),
+                                               subscription_value(subs[(i + 1) % len(subs)][1],
+                                                                  "bench", {}))
+                     for i in range(args.changes))  # fmt: skip
+        store.apply([SourceChange("subs:0", offset + i, c.sub_id, c.stored, c.normal_form)
+                     for i, c in enumerate(validated)])  # fmt: skip
         ready = worker_step(settings, len(subs) + args.changes)
         assert ready["replayed"] == args.changes and ready["subscriptions"] == len(subs)
         log.info("ready from the snapshot: %s", ready)
