@@ -219,11 +219,10 @@ class ConjunctStore:
         tids = np.fromiter(map(tree_of.get, keys, repeat(-1)), np.int64, len(keys))
         missing = np.flatnonzero(tids < 0)
         if len(missing):
-            new = list(dict.fromkeys(map(keys.__getitem__, missing.tolist())))
-            for name, k in new:
+            new = list(map(keys.__getitem__, missing.tolist()))
+            for name, k in dict.fromkeys(new):
                 self.forest.tree(name, Kind(k))
-            tids[missing] = np.fromiter(map(tree_of.__getitem__, map(keys.__getitem__,
-                                        missing.tolist())), np.int64, len(missing))  # fmt: skip
+            tids[missing] = np.fromiter(map(tree_of.__getitem__, new), np.int64, len(new))
         return tids
 
     def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray,
