@@ -33,8 +33,12 @@ def flatten_event(event: Any, position: int | None = None) -> FlatEvent:
     """Validate ``event`` and flatten nested objects to dotted attribute names.
 
     ``position`` (the event's index in a batch) is only used in error messages.
-    Cost O(number of attributes).
+    Cost O(number of attributes); an event that is flat already (a plain ``dict`` of
+    string names and valid scalars, :func:`_is_flat`) is checked in C loops and copied,
+    with no Python step per attribute.
     """
+    if event.__class__ is dict and _is_flat(event):
+        return dict(event)
     if not isinstance(event, Mapping):
         raise EventError(f"an event must be a JSON object, not {type(event).__name__}",
                          position=position)
@@ -46,6 +50,29 @@ def flatten_event(event: Any, position: int | None = None) -> FlatEvent:
             raise
         raise EventError(error.reason, error.attribute, position) from None
     return flat
+
+
+def _is_flat(event: dict[Any, Any]) -> bool:
+    """Whether ``event`` is a valid flat event as it stands, as most are: string names
+    (exactly ``str``) and values of the exact scalar types (none nested, none null),
+    every int in the 64-bit range, every float finite. Anything else is left to
+    :func:`_flatten_into`, which flattens it or names what is wrong. Cost: the names'
+    and the values' types gathered in C loops, then a pass over the ints and one over
+    the floats; 3.5 µs for a 30-attribute BE-Gen event, where :func:`_flatten_into`
+    takes 5.3 (docs/bench-streaming.md, stop 39)."""
+    values = event.values()
+    types = set(map(type, values))
+    if not types <= _SCALARS or not set(map(type, event)) <= _NAMES:
+        return False
+    if int in types:
+        ints = values if len(types) == 1 else [v for v in values if v.__class__ is int]
+        if min(ints) < INT64_MIN or max(ints) > INT64_MAX:
+            return False
+    if float in types:
+        floats = values if len(types) == 1 else [v for v in values if v.__class__ is float]
+        if not all(map(math.isfinite, floats)):
+            return False
+    return True
 
 
 def _flatten_into(flat: FlatEvent, obj: Mapping[Any, Any], prefix: str, depth: int) -> None:
@@ -79,6 +106,8 @@ def _flatten_into(flat: FlatEvent, obj: Mapping[Any, Any], prefix: str, depth: i
 
 _SCALARS = frozenset((bool, str, int, float))
 """The exact Python types of event values."""
+_NAMES = frozenset((str,))
+"""The exact type of an attribute name that needs no check."""
 
 
 def _builtin(name: str, value: Any) -> Value:

@@ -531,7 +531,9 @@ class Forest:
         return lo, hi
 
     def locate_events(self, events: Sequence[dict[str, Value]]) -> LocatedBatch:
-        """Locate every (attribute, value) pair of a batch in its tree.
+        """Locate every (attribute, value) pair of a batch in its tree: the pairs come
+        by tree (ascending), each tree's in event order, so that a stable sort by event
+        orders them by event, then tree.
 
         Pairs whose (attribute, kind) has no tree can satisfy no predicate and are
         skipped. Updates the event counters (the selectivity history). Cost: the pairs

@@ -31,7 +31,8 @@ from index.pstree.store import ConjunctStore, InsertedConjuncts
 
 @dataclass(slots=True)
 class ForestBatch(Batch):
-    """A batch located in the forest, its pairs ordered by event."""
+    """A batch located in the forest, its pairs ordered by event, then tree (an event
+    has at most one pair per tree)."""
 
     located: LocatedBatch
     pair_start: np.ndarray
@@ -101,6 +102,7 @@ class ForestMatcher(IndexedMatcher):
 
     def _begin(self, events: list[FlatEvent]) -> ForestBatch:
         located = self.forest.locate_events(events)
+        # stable: the pairs come by tree, so they end up by event, then tree
         order = np.argsort(located.event, kind="stable")
         located = LocatedBatch(len(events), located.event[order], located.tree[order],
                                located.position[order], located.sid[order])

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from index import MATCHERS, make_matcher
 from index.errors import EventError
@@ -111,3 +115,32 @@ def test_an_event_has_at_most_32_levels_of_objects_counting_its_own():
     with pytest.raises(EventError, match="more than 32 levels") as info:
         flatten_event(deep(MAX_DEPTH + 1))
     assert info.value.attribute == ".".join(["a"] * MAX_DEPTH)
+
+
+class _Name(str):
+    """A name of a subclass of ``str``: accepted, and never on the flat fast path."""
+
+
+edge_values = st.one_of(
+    st.integers(), st.floats(), st.text(max_size=3), st.booleans(), st.none(),
+    st.sampled_from([2**63 - 1, -2**63, 2**63, -2**63 - 1, float("nan"), float("inf"),
+                     -0.0, np.int64(7), np.float32(1.5), np.bool_(True), [1], object()]),
+    st.dictionaries(st.text(max_size=2), st.integers(-3, 3), max_size=2),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.one_of(st.text(max_size=3), st.sampled_from(["a.b", _Name("n"), 1])),
+                       edge_values, max_size=6))
+def test_a_flat_event_is_checked_as_the_general_walk_checks_it(event) -> None:
+    """A plain dict may take the fast path (:func:`index.events._is_flat`); the same
+    event behind a read-only mapping never does: both give the same flat event with
+    the same value types, or the same error."""
+    def outcome(mapping):
+        try:
+            flat = flatten_event(mapping)
+        except EventError as error:
+            return "error", str(error), error.attribute
+        return "flat", list(flat.items()), [type(v) for v in flat.values()]
+
+    assert outcome(event) == outcome(MappingProxyType(event))

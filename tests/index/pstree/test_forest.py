@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from index import make_matcher
+from index.errors import ExpressionError
+from index.events import flatten_event
 from index.language import Interval, Kind
 from index.pstree.forest import Forest
+from tests.index.strategies import events, expressions
 
 
 def spaces(matcher, attribute="age"):
@@ -209,3 +218,22 @@ def test_replacing_one_subscription_keeps_spaces_bounded() -> None:
         # (at most PURGE_MIN removals of 3 bounds, 2 spaces each).
         assert spaces.size <= spaces.live + 6 * 257, name
         assert m.forest._bound_count <= 300 + 3 * 257, name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(expressions(), min_size=1, max_size=20), st.lists(events(), min_size=1,
+                                                                  max_size=12))
+def test_a_batch_is_located_by_event_then_tree(texts, batch) -> None:
+    """What PSTHash's pairing kernel takes as it is, unsorted again: a batch's located
+    pairs ordered by event, then tree, one pair per tree and event at most."""
+    matcher = make_matcher("psthash")
+    for i, text in enumerate(texts):
+        with contextlib.suppress(ExpressionError):  # some drawn can never be true
+            matcher.add(str(i), text)
+    flat = [flatten_event(event) for event in batch]
+    matcher.match_flat_batch(flat)  # the staged subscriptions filed
+    located = matcher._begin(flat).located
+    order = np.lexsort((located.tree, located.event))
+    assert (order == np.arange(len(order))).all()
+    pairs = located.event * max(len(matcher.forest.trees), 1) + located.tree
+    assert len(np.unique(pairs)) == len(pairs)
