@@ -13,8 +13,12 @@ stored form. This script measures, in CPU time per subscription on one pinned co
 - ``record``: ``parse_subscription_record`` on the bytes ``psmatch subscribe`` sends
   (:func:`streaming.records.subscription_value`);
 - ``load``: :func:`streaming.records.load_stored` on the stored text and normal form the
-  record became, what each worker does with every subscription it indexes from the
-  change log (:func:`index.normal_form.load_normal_form` instead of a parse);
+  record became: the subscription's objects from its normal form
+  (:func:`index.normal_form.load_normal_form`) instead of a parse. A worker reads a
+  group of logged normal forms into columns at once instead
+  (:func:`index.normal_form.load_normal_forms`, timed within a whole replay by
+  ``bench/bench_worker_reload.py``), and this one by one only for a group with a
+  malformed form;
 
 and derives the stages (normal form = parse_subscription - parse, record overhead =
 record - parse_subscription). For a conjunction on distinct attributes,
