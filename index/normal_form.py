@@ -53,6 +53,9 @@ _ATTRIBUTE, _KIND, _PATTERNS = attrgetter("attribute"), attrgetter("kind"), attr
 _LO, _LO_CLOSED = attrgetter("lo"), attrgetter("lo_closed")
 _HI, _HI_CLOSED = attrgetter("hi"), attrgetter("hi_closed")
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_MALFORMED = (TypeError, ValueError, IndexError, KeyError, OverflowError, RecursionError)
+"""What reading a malformed form raises: a wrong shape or type, a kind past 64 bits,
+arrays nested deeper than the JSON decoders recurse."""
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -95,7 +98,7 @@ def load_normal_form(text: str, form: str) -> Subscription:
     try:
         items = _loads(form)
         conjuncts = tuple([Conjunct(tuple(map(_load_predicate, c))) for c in items])
-    except (TypeError, ValueError, IndexError, KeyError) as exc:
+    except _MALFORMED as exc:
         raise ExpressionError(f"a malformed normal form ({exc})", text) from None
     if not conjuncts:
         raise ExpressionError("a normal form with no conjunct", text)
@@ -257,7 +260,7 @@ def load_normal_forms(texts: Sequence[str], forms: Sequence[str]) -> Subscriptio
     """
     try:
         return SubscriptionColumns(list(texts), *_columns(list(map(_loads, forms))))
-    except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+    except _MALFORMED as exc:
         raise ExpressionError(f"a malformed normal form among {len(forms)} ({exc})") from None
 
 

@@ -34,6 +34,7 @@ MALFORMED = [
     '[[["a",1,[null,false,null,false],[],[]]]]', '[[["a",0,{"lo":1}]]]', "[[1]]", "[1]",
     '[[["a",99999999999999999999,[1,true,1,true]]]]', '[[["a",0.0,[1,true,1,true]]]]',
     '[[["a",0,[1,true,1,true],["suffix","x",false]]]]', '[["a"]]', '"text"',
+    "[" * 100_000 + "]" * 100_000,
 ]  # fmt: skip
 """Normal form texts that :func:`dump_normal_form` never writes."""
 
@@ -84,7 +85,7 @@ def test_the_normal_form_text_keeps_edge_values_exactly(text):
             for iv in p.intervals]  # fmt: skip
 
 
-@pytest.mark.parametrize("form", MALFORMED)
+@pytest.mark.parametrize("form", MALFORMED, ids=lambda form: form[:40])
 def test_a_malformed_normal_form_text_is_an_expression_error(form):
     with pytest.raises(ExpressionError, match="normal form"):
         load_normal_form("a = 1", form)
@@ -131,7 +132,7 @@ def test_the_columns_of_a_batch_line_up_subscription_by_subscription():
     assert [len(c.predicates) for c in conjuncts.conjuncts([3, 0])] == [2, 1]
 
 
-@pytest.mark.parametrize("form", MALFORMED)
+@pytest.mark.parametrize("form", MALFORMED, ids=lambda form: form[:40])
 def test_a_malformed_form_in_a_batch_is_an_expression_error(form):
     good = dump_normal_form(parse_subscription("a = 1"))
     with pytest.raises(ExpressionError, match="malformed normal form among 3"):
