@@ -213,10 +213,9 @@ class ShardMismatchError(PsmatchError):
     job's plan no longer partitions events by shard (a bug, never a record's fault)."""
 
 
-def _leave_out(sub_id: str, exc: Exception, left_out: list[str]) -> None:
-    """Log a stored subscription the index leaves out, and note its id in ``left_out``."""
+def _log_left_out(sub_id: str, exc: Exception) -> None:
+    """Log a stored subscription the index leaves out, and why."""
     log.error("leaving out stored subscription %r: %s", sub_id[:100], record_error(exc))
-    left_out.append(sub_id)
 
 
 BuiltFrom = Literal["snapshot", "change log", "subscriptions"]
@@ -308,18 +307,20 @@ class WorkerIndex:
                     texts.append(expr)
                     forms.append(form)
             except Exception as exc:
-                _leave_out(sub_id, exc, left_out)
+                left_out.append(sub_id)
+                _log_left_out(sub_id, exc)
         try:
             columns = load_normal_forms(texts, forms)
-        except ExpressionError:
+        except ExpressionError:  # a malformed form: the chunk's read one by one to find it
             for sub_id in ids:
                 try:  # the per-record barrier; no I/O inside
                     parsed.append((sub_id, load_stored(*chunk[sub_id]).subscription))
                 except Exception as exc:
                     del heads[sub_id]
-                    _leave_out(sub_id, exc, left_out)
-            ids, columns = [], load_normal_forms([], [])
-        self.matcher.add_columns(ids, columns)
+                    left_out.append(sub_id)
+                    _log_left_out(sub_id, exc)
+        else:
+            self.matcher.add_columns(ids, columns)
         self.matcher.add_many(parsed)
         self.heads.put_many(self.matcher.slots_of(list(heads)), list(heads.values()))
 
@@ -333,9 +334,8 @@ class WorkerIndex:
             # add_many files before it returns (add would stage): a culprit raises here
             self.matcher.add_many([(sub_id, record.subscription)])
         except Exception as exc:  # the per-record barrier; no I/O inside
-            left_out: list[str] = []
-            _leave_out(sub_id, exc, left_out)
-            self.delete(left_out)
+            self.delete([sub_id])
+            _log_left_out(sub_id, exc)
             return
         self.heads.put(self.matcher.slot_of(sub_id), head)
 
