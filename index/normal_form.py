@@ -15,7 +15,7 @@ Owns two representations of the DNF that :mod:`index.language` parses a subscrip
   predicate and per interval, which the PS-Tree store files in bulk.
   :func:`load_normal_forms` reads a batch of texts straight into them, with no object per
   predicate or interval (C loops over the decoded lists, types checked by table
-  lookups); :meth:`ConjunctColumns.of_conjuncts` reads the objects into them, and
+  lookups); :meth:`ConjunctColumns.of_conjuncts` reads conjunct objects into them, and
   :meth:`SubscriptionColumns.subscriptions` builds the objects back.
 
 A normal form read from text is checked for its shape and the kinds of its values, not
@@ -231,14 +231,6 @@ class SubscriptionColumns:
 
     def __len__(self) -> int:
         return len(self.texts)
-
-    @classmethod
-    def of_subscriptions(cls, subscriptions: Sequence[Subscription]) -> SubscriptionColumns:
-        """The columns of ``subscriptions``. Cost as :meth:`ConjunctColumns.of_conjuncts`."""
-        by_subscription = [s.conjuncts for s in subscriptions]
-        return cls([s.text for s in subscriptions],
-                   np.fromiter(map(len, by_subscription), np.int64, len(by_subscription)),
-                   ConjunctColumns.of_conjuncts(list(chain.from_iterable(by_subscription))))
 
     def subscriptions(self) -> list[Subscription]:
         """The objects of every subscription, in order. Cost: an object per conjunct,

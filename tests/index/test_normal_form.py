@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from index.errors import ExpressionError
-from index.language import parse_expression, parse_subscription
+from index.language import Subscription, parse_expression, parse_subscription
 from index.normal_form import (
     ConjunctColumns,
     SubscriptionColumns,
@@ -105,7 +105,7 @@ def test_a_batch_of_texts_loads_into_the_columns_of_the_parsed_subscriptions(tex
     assert columns.subscriptions() == subscriptions
     assert bound_types(columns.subscriptions()) == bound_types(subscriptions)
     # and the columns are those read from the objects
-    assert_same_columns(columns, SubscriptionColumns.of_subscriptions(subscriptions))
+    assert_columns_of(columns, subscriptions)
 
 
 @pytest.mark.parametrize("text", EDGE_VALUES)
@@ -139,11 +139,14 @@ def test_a_malformed_form_in_a_batch_is_an_expression_error(form):
         load_normal_forms(["a = 1"] * 3, [good, form, good])
 
 
-def assert_same_columns(a: SubscriptionColumns, b: SubscriptionColumns) -> None:
-    assert a.texts == b.texts
-    assert a.conjunct_count.tolist() == b.conjunct_count.tolist()
-    x, y = a.conjuncts, b.conjuncts
-    assert isinstance(x, ConjunctColumns) and isinstance(y, ConjunctColumns)
+def assert_columns_of(a: SubscriptionColumns, subscriptions: list[Subscription]) -> None:
+    """``a`` holds the texts, conjunct counts and conjunct columns of ``subscriptions``."""
+    assert a.texts == [s.text for s in subscriptions]
+    assert a.conjunct_count.dtype == np.int64
+    assert a.conjunct_count.tolist() == [len(s.conjuncts) for s in subscriptions]
+    x = a.conjuncts
+    y = ConjunctColumns.of_conjuncts([c for s in subscriptions for c in s.conjuncts])
+    assert isinstance(x, ConjunctColumns)
     for name in ("predicate_count", "kind", "interval_count", "lo_closed", "hi_closed"):
         assert np.array_equal(getattr(x, name), getattr(y, name)), name
         assert getattr(x, name).dtype == getattr(y, name).dtype, name
