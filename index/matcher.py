@@ -25,6 +25,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -124,8 +125,7 @@ class Matcher(ABC):
         Python's cyclic garbage collector is paused meanwhile
         (:func:`index.core.heap.gc_paused`).
         """
-        with gc_paused():
-            self._file_staged()
+        with self._bulk():
             batch: list[tuple[str, Subscription]] = []
             pending: set[str] = set()
             try:
@@ -141,8 +141,6 @@ class Matcher(ABC):
             finally:
                 if batch:
                     self._replace_many(batch)
-                self._finish_bulk()
-                release_free_heap()
 
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""
@@ -161,10 +159,18 @@ class Matcher(ABC):
                              f"{len(set(ids))} distinct of {len(ids)} for {len(columns)}")
         if not ids:
             return
+        with self._bulk():
+            self._insert_columns(self._replace_ids(list(ids)), columns)
+
+    @contextmanager
+    def _bulk(self) -> Iterator[None]:
+        """A bulk add: the cyclic collector paused, the staged changes filed first, and
+        at the end, however it ends, the family's bulk hook and the freed heap given
+        back."""
         with gc_paused():
             self._file_staged()
             try:
-                self._insert_columns(self._replace_ids(list(ids)), columns)
+                yield
             finally:
                 self._finish_bulk()
                 release_free_heap()
