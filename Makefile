@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint bench clean system-deps jars
 
-$(STAMP): pyproject.toml
+# The install also builds the compiled loops (index/_kernels.c) in place, with gcc.
+$(STAMP): pyproject.toml index/_kernels.c
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -17,10 +17,10 @@ appended at the next read.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pyarrow as pa
 
+from index import _kernels
 from index.core.slot_bytes import SlotBytes, joined
 
 MAX_VALUE_BYTES = (1 << 31) - 1
@@ -99,17 +99,10 @@ def binary_column(offsets: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
                                   pa.py_buffer(data)])  # fmt: skip
 
 
-@numba.njit(cache=True, nogil=True)
 def _copy_pairs(left_data: np.ndarray, left_lo: np.ndarray, left_hi: np.ndarray,
                 right_offsets: np.ndarray, right_data: np.ndarray, right_rows: np.ndarray,
                 out_offsets: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
     """``out[out_offsets[i]:out_offsets[i + 1]]`` = ``left_data[left_lo[i]:left_hi[i]]``,
     then value ``right_rows[i]`` of the right column, for every ``i``."""
-    for i in range(left_lo.shape[0]):
-        at = out_offsets[i]
-        lo, hi = left_lo[i], left_hi[i]
-        out[at:at + hi - lo] = left_data[lo:hi]
-        at += hi - lo
-        row = right_rows[i]
-        lo, hi = right_offsets[row], right_offsets[row + 1]
-        out[at:at + hi - lo] = right_data[lo:hi]
+    _kernels.copy_pairs(left_data, left_lo, left_hi, right_offsets, right_data, right_rows,
+                        out_offsets, out)  # fmt: skip

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import chain, repeat
 
-import numba
 import numpy as np
 
+from index import _kernels
 from index.events import FlatEvent
 from index.language import KIND_OF_CLASS, Kind
 
@@ -79,34 +79,21 @@ def insert_sorted_in_place(column: np.ndarray, at: np.ndarray, items: np.ndarray
     return column
 
 
-@numba.njit(cache=True, nogil=True)
 def _move_right_and_insert(column: np.ndarray, n: int, at: np.ndarray, items: np.ndarray
                            ) -> None:  # fmt: skip
     """With entries ``0 .. n - 1`` of ``column`` valid and room for the items after
     them: put ``items[j]`` before entry ``at[j]`` (``at`` non-decreasing), moving the
     entries right from the last one down."""
-    i = n - 1
-    w = n + len(items) - 1
-    for j in range(len(items) - 1, -1, -1):
-        while i >= at[j]:
-            column[w] = column[i]
-            w -= 1
-            i -= 1
-        column[w] = items[j]
-        w -= 1
+    _kernels.move_right_and_insert(column, n, at, items)
 
 
-@numba.njit(cache=True, nogil=True)
 def set_bits(words: np.ndarray, positions: np.ndarray) -> None:
     """Set bit ``p % 64`` of word ``p // 64`` of the uint64 ``words`` for every ``p`` of
     the uint64 ``positions``. O(k), compiled: numpy has no scatter-OR but
     ``np.bitwise_or.at``, a bit at a time, or a sort of the positions to OR each word's
     bits with ``reduceat`` (which took 4.2 of a 1M BE-Gen PSTHash build's 29.7 s of CPU
     for its key filters)."""
-    six, low, one = np.uint64(6), np.uint64(63), np.uint64(1)
-    for i in range(len(positions)):
-        p = positions[i]
-        words[p >> six] |= one << (p & low)
+    _kernels.set_bits(words, positions)
 
 
 def find_sorted(sorted_keys: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
+from index import _kernels
 from index.core.columns import (
     GrowableArray,
     expand_ranges,
@@ -349,7 +349,6 @@ class MultiMap:
             assert np.array_equal(part.directory.starts, fresh.starts), "a stale key directory"
 
 
-@numba.njit(cache=True, nogil=True)
 def _compact_in_place(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
                       kept: np.ndarray) -> tuple[int, int]:
     """Keep the CSR entries ``kept`` marks and the keys left with one, in place: each
@@ -357,33 +356,13 @@ def _compact_in_place(keys: np.ndarray, offsets: np.ndarray, values: np.ndarray,
     (a key's end is read before its slot can be overwritten). Returns the numbers of
     keys and values kept; the columns' tails beyond them are garbage. O(keys + values),
     no temporaries."""
-    n_keys = 0
-    n_values = 0
-    start = offsets[0]
-    for i in range(len(keys)):
-        end = offsets[i + 1]
-        first = n_values
-        for j in range(start, end):
-            if kept[j]:
-                values[n_values] = values[j]
-                n_values += 1
-        if n_values > first:
-            keys[n_keys] = keys[i]
-            offsets[n_keys + 1] = n_values
-            n_keys += 1
-        start = end
-    return n_keys, n_values
+    return _kernels.compact_in_place(keys, offsets, values, kept)
 
 
-@numba.njit(cache=True, nogil=True)
 def _shift_offsets(offsets: np.ndarray, merged_at: np.ndarray, step: np.ndarray) -> None:
     """Add ``step[i]`` to offset ``j``, where ``i`` is how many of the sorted
     ``merged_at`` are below ``j``: one compiled pass, O(len(offsets) + len(merged_at))."""
-    below = 0
-    for j in range(len(offsets)):
-        while below < len(merged_at) and merged_at[below] < j:
-            below += 1
-        offsets[j] += step[below]
+    _kernels.shift_offsets(offsets, merged_at, step)
 
 
 def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -414,51 +393,22 @@ def _csr_ranges(first: np.ndarray, end: np.ndarray, keys: np.ndarray, offsets: n
     return owner[entry], keys[at][entry], values[positions]
 
 
-@numba.njit(cache=True, nogil=True)
 def _bucket_starts(keys: np.ndarray, shift: int) -> np.ndarray:
     """``starts[b]``: the index of the first key whose bucket (``key >> shift`` less the
     smallest key's) is ``b`` or more, for every bucket and one past the last. O(n +
     buckets)."""
     if not len(keys):
         return np.zeros(1, dtype=np.int32)
-    base = keys[0] >> shift
-    buckets = (keys[-1] >> shift) - base + 1
-    starts = np.empty(buckets + 1, dtype=np.int32)
-    b = 0
-    for i in range(len(keys)):
-        bucket = (keys[i] >> shift) - base
-        while b <= bucket:
-            starts[b] = i
-            b += 1
-    while b <= buckets:
-        starts[b] = len(keys)
-        b += 1
+    starts = np.empty(int(keys[-1] >> shift) - int(keys[0] >> shift) + 2, dtype=np.int32)
+    _kernels.bucket_starts(keys, starts, shift)
     return starts
 
 
-@numba.njit(cache=True, nogil=True)
 def _lower_bounds(keys: np.ndarray, starts: np.ndarray, shift: int,
                   queries: np.ndarray) -> np.ndarray:
     """``np.searchsorted(keys, queries)`` through the buckets' ``starts``
     (:func:`_bucket_starts`): a query below every bucket is before the first key, one
     above them after the last, any other searched for in its bucket alone."""
-    at = np.zeros(len(queries), dtype=np.int64)
-    if not len(keys):
-        return at
-    base, top = keys[0] >> shift, keys[-1] >> shift
-    for i in range(len(queries)):
-        query = queries[i]
-        shifted = query >> shift  # compared before subtracting: no overflow at the ends
-        if shifted > top:
-            at[i] = len(keys)
-        elif shifted >= base:
-            bucket = shifted - base
-            low, high = starts[bucket], starts[bucket + 1]
-            while low < high:
-                middle = (low + high) >> 1
-                if keys[middle] < query:
-                    low = middle + 1
-                else:
-                    high = middle
-            at[i] = low
+    at = np.empty(len(queries), dtype=np.int64)
+    _kernels.lower_bounds(keys, starts, shift, queries, at)
     return at

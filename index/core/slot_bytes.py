@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numba
 import numpy as np
 
+from index import _kernels
 from index.core.columns import GrowableArray
 
 NONE = -1
@@ -186,13 +186,9 @@ def joined(values: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
     return np.frombuffer(b"".join(values), dtype=np.uint8), offsets
 
 
-@numba.njit(cache=True, nogil=True)
 def copy_ranges(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
                 out: np.ndarray, out_starts: np.ndarray) -> None:  # fmt: skip
     """``out[out_starts[i]:][:lengths[i]]`` = ``data[starts[i]:][:lengths[i]]`` for
-    every ``i``, byte by byte from the first: ``out`` may be ``data`` itself, its ranges
-    moved left (``out_starts[i] <= starts[i]``, the ranges in ascending order)."""
-    for i in range(starts.shape[0]):
-        lo, n, at = starts[i], lengths[i], out_starts[i]
-        for j in range(n):
-            out[at + j] = data[lo + j]
+    every ``i``, each range moved as by ``memmove``: ``out`` may be ``data`` itself, its
+    ranges moved left (``out_starts[i] <= starts[i]``, the ranges in ascending order)."""
+    _kernels.copy_ranges(data, starts, lengths, out, out_starts)

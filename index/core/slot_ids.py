@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import numba
 import numpy as np
 
+from index import _kernels
 from index.core.columns import GrowableArray
 from index.core.slot_bytes import NONE, SlotBytes, joined
 
@@ -141,66 +141,32 @@ def _encode(ids: Sequence[str]) -> list[bytes]:
                         ) from None  # fmt: skip
 
 
-@numba.njit(cache=True, nogil=True)
 def _hash_ranges(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The 64-bit FNV-1a hash of each ``data[offsets[i]:offsets[i + 1]]``."""
-    out = np.empty(offsets.shape[0] - 1, dtype=np.uint64)
-    prime = np.uint64(1099511628211)
-    for i in range(out.shape[0]):
-        h = np.uint64(14695981039346656037)
-        for j in range(offsets[i], offsets[i + 1]):
-            h = (h ^ np.uint64(data[j])) * prime
-        out[i] = h
+    out = np.empty(len(offsets) - 1, dtype=np.uint64)
+    _kernels.hash_ranges(data, offsets, out)
     return out
 
 
-@numba.njit(cache=True, nogil=True)
 def _find(table: np.ndarray, slot_hash: np.ndarray, buffer: np.ndarray, start: np.ndarray,
           length: np.ndarray, data: np.ndarray, offsets: np.ndarray, hashes: np.ndarray
           ) -> np.ndarray:  # fmt: skip
     """The slot whose hash and bytes equal each query's (``data[offsets[i]:offsets[i +
     1]]``, hash ``hashes[i]``), -1 if none: linear probing from the hash, past deleted
     entries, to the first empty one."""
-    mask = np.uint64(table.shape[0] - 1)
-    out = np.full(hashes.shape[0], -1, dtype=np.int64)
-    for i in range(hashes.shape[0]):
-        lo, n = offsets[i], offsets[i + 1] - offsets[i]
-        at = hashes[i] & mask
-        while table[at] != _EMPTY:
-            slot = table[at]
-            if slot >= 0 and slot_hash[slot] == hashes[i] and length[slot] == n:
-                s = start[slot]
-                same = True
-                for j in range(n):
-                    if buffer[s + j] != data[lo + j]:
-                        same = False
-                        break
-                if same:
-                    out[i] = slot
-                    break
-            at = (at + np.uint64(1)) & mask
+    out = np.empty(len(hashes), dtype=np.int64)
+    _kernels.find_slots(table, slot_hash, buffer, start, length, data, offsets, hashes, out,
+                        _EMPTY)  # fmt: skip
     return out
 
 
-@numba.njit(cache=True, nogil=True)
 def _insert(table: np.ndarray, slot_hash: np.ndarray, slots: np.ndarray) -> None:
     """File each of ``slots`` (not yet in the table) at the first empty entry of its
     hash's probe sequence (deleted entries stay deleted until a rebuild, so that they
     are counted exactly)."""
-    mask = np.uint64(table.shape[0] - 1)
-    for slot in slots:
-        at = slot_hash[slot] & mask
-        while table[at] != _EMPTY:
-            at = (at + np.uint64(1)) & mask
-        table[at] = slot
+    _kernels.insert_slots(table, slot_hash, slots, _EMPTY)
 
 
-@numba.njit(cache=True, nogil=True)
 def _remove(table: np.ndarray, slot_hash: np.ndarray, slots: np.ndarray) -> None:
     """Mark the entry of each of ``slots`` (each in the table) deleted."""
-    mask = np.uint64(table.shape[0] - 1)
-    for slot in slots:
-        at = slot_hash[slot] & mask
-        while table[at] != slot:
-            at = (at + np.uint64(1)) & mask
-        table[at] = _DELETED
+    _kernels.remove_slots(table, slot_hash, slots, _DELETED)

@@ -258,7 +258,7 @@ def _tree_pair(tree_a: np.ndarray, tree_b: np.ndarray) -> np.ndarray:
 
 def pair_key(sid_a: np.ndarray, sid_b: np.ndarray) -> np.ndarray:
     """Posting key of each 2-dim predicate space ``(sid_a[i], sid_b[i])``, order-free
-    (:func:`index.pstree.kernels.space_pair_key`, the key's layout): int64."""
+    (:func:`index.pstree.kernels.space_pair_keys`, the key's layout): int64."""
     return space_pair_keys(np.asarray(sid_a, dtype=np.int64), np.asarray(sid_b, dtype=np.int64))
 
 

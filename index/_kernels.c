@@ -1,0 +1,907 @@
+/* The compiled loops of psmatch: a CPython extension, index._kernels.
+ *
+ * Owns the machine code of the loops numpy has no single expression for: the PS-Tree
+ * verification and PSTHash's candidate scans (index/pstree/kernels.py), the multimap's
+ * compaction, merge and key directory (index/core/multimap.py), the sorted-column insert
+ * and bit scatter (index/core/columns.py), the id table (index/core/slot_ids.py), the byte
+ * range copies (index/core/slot_bytes.py) and the notification heads' assembly
+ * (streaming/heads.py). Each loop's meaning, cost and callers are documented on its
+ * Python wrapper in those modules, which also allocates its outputs where their length is
+ * known; this file holds the loops and the checks of their arguments.
+ *
+ * Why C and not numba (which compiled them before): numba needs LLVM in every process
+ * that runs a kernel, about 115 MiB of resident memory per Spark Python worker, and a
+ * cache of machine code to load on a worker's first call. These loops are plain C over
+ * flat columns; built once by `pip install` (setuptools, the system's C compiler).
+ *
+ * Arguments: every column is a C-contiguous buffer (a numpy array) of the documented
+ * element type, checked on entry (TypeError naming the argument otherwise); scalars are
+ * Python ints. The loops run without the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Element kinds of a column, checked against the buffer's struct format. */
+enum kind { BOOL, SIGNED, UNSIGNED, ANY_INT };
+
+typedef struct {
+    const char *name;
+    enum kind kind;
+    int size;     /* bytes per element; 0: 4 or 8 */
+    int writable;
+    int ndim;
+} Spec;
+
+static const char *
+kind_name(enum kind kind)
+{
+    switch (kind) {
+    case BOOL: return "bool";
+    case SIGNED: return "signed integer";
+    case UNSIGNED: return "unsigned integer";
+    default: return "integer";
+    }
+}
+
+static int
+format_kind(const char *format, enum kind *kind)
+{
+    if (format == NULL) {
+        *kind = UNSIGNED; /* PyBUF_FORMAT absent: plain bytes */
+        return 1;
+    }
+    while (*format == '@' || *format == '=' || *format == '<')
+        format++;
+    if (format[0] == '\0' || format[1] != '\0')
+        return 0;
+    if (*format == '?')
+        *kind = BOOL;
+    else if (strchr("bhilqn", *format))
+        *kind = SIGNED;
+    else if (strchr("BHILQN", *format))
+        *kind = UNSIGNED;
+    else
+        return 0;
+    return 1;
+}
+
+/* Acquire the buffers of args[0 .. n - 1] as specs says; on failure release those taken,
+ * set TypeError (or the buffer protocol's error) and return 0. */
+static int
+acquire(const char *func, PyObject *const *args, const Spec *specs, int n, Py_buffer *views)
+{
+    for (int i = 0; i < n; i++) {
+        const Spec *spec = &specs[i];
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (spec->writable ? PyBUF_WRITABLE : 0);
+        enum kind kind;
+        if (PyObject_GetBuffer(args[i], &views[i], flags) < 0) {
+            PyErr_Format(PyExc_TypeError, "%s(): argument '%s' must be a %sC-contiguous array",
+                         func, spec->name, spec->writable ? "writable " : "");
+            goto fail;
+        }
+        int size_ok = spec->size ? views[i].itemsize == spec->size
+                                 : views[i].itemsize == 4 || views[i].itemsize == 8;
+        int kind_ok = format_kind(views[i].format, &kind)
+                      && (spec->kind == ANY_INT ? kind != BOOL : kind == spec->kind);
+        if (!size_ok || !kind_ok || views[i].ndim != spec->ndim) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s(): argument '%s' must be a %d-dimensional array of %d-byte %s, "
+                         "not format '%s' (%zd bytes, %d dimensions)",
+                         func, spec->name, spec->ndim, spec->size ? spec->size : 8,
+                         kind_name(spec->kind), views[i].format ? views[i].format : "B",
+                         views[i].itemsize, views[i].ndim);
+            PyBuffer_Release(&views[i]);
+            goto fail;
+        }
+        continue;
+    fail:
+        while (i-- > 0)
+            PyBuffer_Release(&views[i]);
+        return 0;
+    }
+    return 1;
+}
+
+static void
+release(Py_buffer *views, int n)
+{
+    for (int i = 0; i < n; i++)
+        PyBuffer_Release(&views[i]);
+}
+
+static int
+check_nargs(const char *func, Py_ssize_t nargs, Py_ssize_t want)
+{
+    if (nargs == want)
+        return 1;
+    PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", func, want, nargs);
+    return 0;
+}
+
+static int
+scalar(PyObject *obj, int64_t *out)
+{
+    long long value = PyLong_AsLongLong(obj);
+    if (value == -1 && PyErr_Occurred())
+        return 0;
+    *out = value;
+    return 1;
+}
+
+#define LEN(view) ((view).shape[0])
+#define I64(view) ((int64_t *)(view).buf)
+#define I32(view) ((int32_t *)(view).buf)
+#define U64(view) ((uint64_t *)(view).buf)
+#define U8(view) ((uint8_t *)(view).buf)
+#define BOOLS(view) ((const char *)(view).buf)
+
+/* An int64 column the kernel fills: a bytearray, viewed by its caller with np.frombuffer. */
+static PyObject *
+new_int64_column(Py_ssize_t n)
+{
+    return PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* The first index of sorted[lo:hi] whose value is >= value (np.searchsorted, left). */
+static inline int64_t
+lower_bound(const int64_t *sorted, int64_t lo, int64_t hi, int64_t value)
+{
+    while (lo < hi) {
+        int64_t middle = lo + ((hi - lo) >> 1);
+        if (sorted[middle] < value)
+            lo = middle + 1;
+        else
+            hi = middle;
+    }
+    return lo;
+}
+
+/* ------------------------------------------------------------------ PS-Tree kernels */
+
+static inline int
+inside_any_interval(int64_t pos, int64_t first, int64_t count, const int32_t *iv_lo_bid,
+                    const char *iv_lo_closed, const int32_t *iv_hi_bid,
+                    const char *iv_hi_closed, const int32_t *bound_rank, int64_t unbounded_hi)
+{
+    for (int64_t iid = first; iid < first + count; iid++) {
+        int32_t lo_bid = iv_lo_bid[iid];
+        int64_t lo = lo_bid < 0 ? 0 : 2 * (int64_t)bound_rank[lo_bid] + 2 - iv_lo_closed[iid];
+        if (pos < lo)
+            return 0;
+        int32_t hi_bid = iv_hi_bid[iid];
+        int64_t hi = hi_bid < 0 ? unbounded_hi
+                                : 2 * (int64_t)bound_rank[hi_bid] + iv_hi_closed[iid];
+        if (pos <= hi)
+            return 1;
+    }
+    return 0;
+}
+
+enum { ROW_TREE, ROW_LO, ROW_HI, ROW_INTERVALS, ROW_WIDTH };
+
+static const Spec verify_specs[] = {
+    {"events", SIGNED, 8, 0, 1}, {"cids", SIGNED, 8, 0, 1}, {"checked", SIGNED, 4, 0, 1},
+    {"positions", SIGNED, 4, 0, 2}, {"alive", BOOL, 1, 0, 1},
+    {"tree_mask", UNSIGNED, 8, 0, 1}, {"pred_start", SIGNED, 4, 0, 1},
+    {"pred_count", SIGNED, 4, 0, 1}, {"rows", SIGNED, 4, 0, 2},
+    {"pred_iv_start", SIGNED, 4, 0, 1}, {"iv_lo_bid", SIGNED, 4, 0, 1},
+    {"iv_lo_closed", BOOL, 1, 0, 1}, {"iv_hi_bid", SIGNED, 4, 0, 1},
+    {"iv_hi_closed", BOOL, 1, 0, 1}, {"bound_rank", SIGNED, 4, 0, 1},
+    {"kept", SIGNED, 8, 1, 1},
+};
+#define VERIFY_COLUMNS 16
+
+static PyObject *
+verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[VERIFY_COLUMNS];
+    int64_t unbounded_hi;
+    if (!check_nargs("verify_candidates", nargs, VERIFY_COLUMNS + 1)
+        || !scalar(args[VERIFY_COLUMNS], &unbounded_hi)
+        || !acquire("verify_candidates", args, verify_specs, VERIFY_COLUMNS, v))
+        return NULL;
+    const int64_t *events = I64(v[0]), *cids = I64(v[1]);
+    const int32_t *checked = I32(v[2]), *positions = I32(v[3]);
+    const char *alive = BOOLS(v[4]);
+    const uint64_t *tree_mask = U64(v[5]);
+    const int32_t *pred_start = I32(v[6]), *pred_count = I32(v[7]), *rows = I32(v[8]);
+    const int32_t *pred_iv_start = I32(v[9]), *iv_lo_bid = I32(v[10]);
+    const char *iv_lo_closed = BOOLS(v[11]);
+    const int32_t *iv_hi_bid = I32(v[12]);
+    const char *iv_hi_closed = BOOLS(v[13]);
+    const int32_t *bound_rank = I32(v[14]);
+    int64_t *kept = I64(v[15]);
+    Py_ssize_t n = LEN(v[1]), n_events = v[3].shape[0], n_trees = v[3].shape[1];
+    if (LEN(v[0]) != n || LEN(v[2]) != n || LEN(v[15]) < n || v[8].shape[1] != ROW_WIDTH) {
+        release(v, VERIFY_COLUMNS);
+        PyErr_SetString(PyExc_ValueError, "verify_candidates(): events, cids and checked "
+                        "differ in length, kept is shorter, or rows is not [rows, 4]");
+        return NULL;
+    }
+    uint64_t *has = malloc((n_events ? n_events : 1) * sizeof(uint64_t));
+    int32_t *first = malloc((n ? n : 1) * sizeof(int32_t));
+    int32_t *end = malloc((n ? n : 1) * sizeof(int32_t));
+    if (!has || !first || !end) {
+        free(has);
+        free(first);
+        free(end);
+        release(v, VERIFY_COLUMNS);
+        return PyErr_NoMemory();
+    }
+    int64_t n_kept = 0;
+    Py_BEGIN_ALLOW_THREADS
+    /* Pass 0: the mask of the trees each event has (bit t % 64 for tree t). */
+    for (Py_ssize_t e = 0; e < n_events; e++) {
+        uint64_t mask = 0;
+        for (Py_ssize_t t = 0; t < n_trees; t++)
+            if (positions[e * n_trees + t] >= 0)
+                mask |= (uint64_t)1 << (t & 63);
+        has[e] = mask;
+    }
+    /* Pass 1: each live candidate's first unchecked row (-1: dead, or it needs a tree its
+     * event lacks), and its conjunct's end; these loads do not depend on each other, so
+     * the processor overlaps their cache misses. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t cid = cids[i];
+        if (!alive[cid] || (tree_mask[cid] & ~has[events[i]])) {
+            first[i] = -1;
+            continue;
+        }
+        first[i] = pred_start[cid] + checked[i];
+        end[i] = pred_start[cid] + pred_count[cid];
+    }
+    /* Pass 2: the rows, from the first unchecked one to the first false one. */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t pid = first[i];
+        if (pid < 0)
+            continue;
+        const int32_t *event_positions = positions + events[i] * n_trees;
+        int holds = 1;
+        for (; pid < end[i]; pid++) {
+            const int32_t *row = rows + pid * ROW_WIDTH;
+            int32_t pos = event_positions[row[ROW_TREE]];
+            if (pos < row[ROW_LO] || pos > row[ROW_HI]
+                || (row[ROW_INTERVALS] > 1
+                    && !inside_any_interval(pos, pred_iv_start[pid], row[ROW_INTERVALS],
+                                            iv_lo_bid, iv_lo_closed, iv_hi_bid, iv_hi_closed,
+                                            bound_rank, unbounded_hi))) {
+                holds = 0;
+                break;
+            }
+        }
+        if (holds)
+            kept[n_kept++] = i;
+    }
+    Py_END_ALLOW_THREADS
+    free(has);
+    free(first);
+    free(end);
+    release(v, VERIFY_COLUMNS);
+    return PyLong_FromLongLong(n_kept);
+}
+
+static const Spec fallback_specs[] = {
+    {"first", SIGNED, 8, 0, 1}, {"end", SIGNED, 8, 0, 1}, {"keys", SIGNED, 8, 0, 1},
+    {"offsets", SIGNED, 0, 0, 1}, {"values", SIGNED, 4, 0, 1}, {"events", SIGNED, 8, 0, 1},
+    {"positions", SIGNED, 4, 0, 2},
+};
+
+/* Whether key j of entry i is kept: a single predicate, or a second tree the event has. */
+#define FALLBACK_KEEPS(j, i)                                                              \
+    ((tree = keys[j] & 0xFFFFFFFF) == no_tree || positions[events[i] * n_trees + tree] >= 0)
+#define OFFSET(j) (wide ? offsets64[j] : (int64_t)offsets32[j])
+
+static PyObject *
+fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[7];
+    int64_t no_tree;
+    if (!check_nargs("fallback_candidates", nargs, 8) || !scalar(args[7], &no_tree)
+        || !acquire("fallback_candidates", args, fallback_specs, 7, v))
+        return NULL;
+    const int64_t *first = I64(v[0]), *end = I64(v[1]), *keys = I64(v[2]);
+    int wide = v[3].itemsize == 8;
+    const int64_t *offsets64 = I64(v[3]);
+    const int32_t *offsets32 = I32(v[3]), *values = I32(v[4]);
+    const int64_t *events = I64(v[5]);
+    const int32_t *positions = I32(v[6]);
+    Py_ssize_t n = LEN(v[0]), n_trees = v[6].shape[1];
+    int64_t total = 0, tree;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int64_t j = first[i]; j < end[i]; j++)
+            if (FALLBACK_KEEPS(j, i))
+                total += OFFSET(j + 1) - OFFSET(j);
+    Py_END_ALLOW_THREADS
+    PyObject *owner_column = new_int64_column(total);
+    PyObject *found_column = PyByteArray_FromStringAndSize(NULL, total * sizeof(int32_t));
+    if (!owner_column || !found_column) {
+        Py_XDECREF(owner_column);
+        Py_XDECREF(found_column);
+        release(v, 7);
+        return NULL;
+    }
+    int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_column);
+    int32_t *found = (int32_t *)PyByteArray_AS_STRING(found_column);
+    Py_BEGIN_ALLOW_THREADS
+    int64_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int64_t j = first[i]; j < end[i]; j++)
+            if (FALLBACK_KEEPS(j, i))
+                for (int64_t at = OFFSET(j); at < OFFSET(j + 1); at++) {
+                    owner[k] = i;
+                    found[k++] = values[at];
+                }
+    Py_END_ALLOW_THREADS
+    release(v, 7);
+    return Py_BuildValue("(NN)", owner_column, found_column);
+}
+
+static inline int64_t
+space_pair_key(int64_t sid_a, int64_t sid_b)
+{
+    int64_t low = sid_a < sid_b ? sid_a : sid_b, high = sid_a < sid_b ? sid_b : sid_a;
+    return ((high + 1) << 32) | low;
+}
+
+static const Spec pair_specs[] = {
+    {"event", SIGNED, 8, 0, 1}, {"tree", SIGNED, 8, 0, 1}, {"sid", SIGNED, 8, 0, 1},
+    {"tree_pairs", SIGNED, 8, 0, 1},
+};
+
+static PyObject *
+hashed_pair_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[4];
+    int64_t merge_ratio;
+    if (!check_nargs("hashed_pair_entries", nargs, 5) || !scalar(args[4], &merge_ratio)
+        || !acquire("hashed_pair_entries", args, pair_specs, 4, v))
+        return NULL;
+    const int64_t *event = I64(v[0]), *tree = I64(v[1]), *sid = I64(v[2]);
+    const int64_t *tree_pairs = I64(v[3]);
+    Py_ssize_t n = LEN(v[0]), n_pairs = LEN(v[3]);
+    int64_t *event_end = malloc((n ? n : 1) * sizeof(int64_t));
+    int64_t *up_start = malloc((n ? n : 1) * sizeof(int64_t));
+    int64_t *up_end = malloc((n ? n : 1) * sizeof(int64_t));
+    if (!event_end || !up_start || !up_end) {
+        free(event_end);
+        free(up_start);
+        free(up_end);
+        release(v, 4);
+        return PyErr_NoMemory();
+    }
+    int64_t bound = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t stop = n;
+    for (int64_t i = n - 1; i >= 0; i--) {
+        if (i + 1 < n && event[i + 1] != event[i])
+            stop = i + 1;
+        event_end[i] = stop;
+        up_start[i] = lower_bound(tree_pairs, 0, n_pairs, tree[i] << 32);
+        up_end[i] = lower_bound(tree_pairs, 0, n_pairs, (tree[i] + 1) << 32);
+        int64_t partners = up_end[i] - up_start[i], later = stop - i - 1;
+        bound += partners < later ? partners : later;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *owner_column = new_int64_column(bound), *keys_column = new_int64_column(bound);
+    if (!owner_column || !keys_column) {
+        Py_XDECREF(owner_column);
+        Py_XDECREF(keys_column);
+        free(event_end);
+        free(up_start);
+        free(up_end);
+        release(v, 4);
+        return NULL;
+    }
+    int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_column);
+    int64_t *keys = (int64_t *)PyByteArray_AS_STRING(keys_column);
+    int64_t k = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        int64_t first = up_start[i], last = up_end[i], lo = i + 1, hi = event_end[i];
+        int64_t partners = last - first, later = hi - lo;
+        int64_t shorter = partners < later ? partners : later;
+        int64_t longer = partners < later ? later : partners;
+        if (merge_ratio * shorter >= longer) {
+            /* alike in length: one merge of the two sorted runs of trees */
+            int64_t p = first, j = lo;
+            while (p < last && j < hi) {
+                int64_t high = tree_pairs[p] & 0xFFFFFFFF;
+                if (high < tree[j])
+                    p++;
+                else if (high > tree[j])
+                    j++;
+                else {
+                    owner[k] = i;
+                    keys[k++] = space_pair_key(sid[i], sid[j]);
+                    p++;
+                    j++;
+                }
+            }
+        } else if (partners < later) { /* each partner searched among the later entries */
+            for (int64_t p = first; p < last; p++) {
+                int64_t high = tree_pairs[p] & 0xFFFFFFFF;
+                int64_t at = lower_bound(tree, lo, hi, high);
+                if (at < hi && tree[at] == high) {
+                    owner[k] = i;
+                    keys[k++] = space_pair_key(sid[i], sid[at]);
+                }
+            }
+        } else { /* each later entry's pair searched among the tree's pairs */
+            int64_t low = tree[i] << 32;
+            for (int64_t j = lo; j < hi; j++) {
+                int64_t want = low | tree[j];
+                int64_t at = lower_bound(tree_pairs, first, last, want);
+                if (at < last && tree_pairs[at] == want) {
+                    owner[k] = i;
+                    keys[k++] = space_pair_key(sid[i], sid[j]);
+                }
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(event_end);
+    free(up_start);
+    free(up_end);
+    release(v, 4);
+    if (PyByteArray_Resize(owner_column, k * sizeof(int64_t)) < 0
+        || PyByteArray_Resize(keys_column, k * sizeof(int64_t)) < 0) {
+        Py_DECREF(owner_column);
+        Py_DECREF(keys_column);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", owner_column, keys_column);
+}
+
+static const Spec pair_keys_specs[] = {
+    {"sid_a", SIGNED, 8, 0, 1}, {"sid_b", SIGNED, 8, 0, 1}, {"out", SIGNED, 8, 1, 1},
+};
+
+static PyObject *
+space_pair_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[3];
+    if (!check_nargs("space_pair_keys", nargs, 3)
+        || !acquire("space_pair_keys", args, pair_keys_specs, 3, v))
+        return NULL;
+    const int64_t *a = I64(v[0]), *b = I64(v[1]);
+    int64_t *out = I64(v[2]);
+    Py_ssize_t n = LEN(v[2]);
+    if (LEN(v[0]) < n || LEN(v[1]) < n) {
+        release(v, 3);
+        PyErr_SetString(PyExc_ValueError, "space_pair_keys(): sid_a or sid_b is shorter");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        out[i] = space_pair_key(a[i], b[i]);
+    release(v, 3);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ multimap */
+
+static const Spec compact_specs[] = {
+    {"keys", SIGNED, 8, 1, 1}, {"offsets", SIGNED, 4, 1, 1}, {"values", SIGNED, 4, 1, 1},
+    {"kept", BOOL, 1, 0, 1},
+};
+
+static PyObject *
+compact_in_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[4];
+    if (!check_nargs("compact_in_place", nargs, 4)
+        || !acquire("compact_in_place", args, compact_specs, 4, v))
+        return NULL;
+    int64_t *keys = I64(v[0]);
+    int32_t *offsets = I32(v[1]), *values = I32(v[2]);
+    const char *kept = BOOLS(v[3]);
+    Py_ssize_t n = LEN(v[0]);
+    int64_t n_keys = 0, n_values = 0;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t start = offsets[0];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t stop = offsets[i + 1], before = n_values; /* read before it is overwritten */
+        for (int64_t j = start; j < stop; j++)
+            if (kept[j])
+                values[n_values++] = values[j];
+        if (n_values > before) {
+            keys[n_keys] = keys[i];
+            offsets[n_keys + 1] = (int32_t)n_values;
+            n_keys++;
+        }
+        start = stop;
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 4);
+    return Py_BuildValue("(LL)", (long long)n_keys, (long long)n_values);
+}
+
+static const Spec shift_specs[] = {
+    {"offsets", SIGNED, 4, 1, 1}, {"merged_at", SIGNED, 8, 0, 1}, {"step", SIGNED, 8, 0, 1},
+};
+
+static PyObject *
+shift_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[3];
+    if (!check_nargs("shift_offsets", nargs, 3)
+        || !acquire("shift_offsets", args, shift_specs, 3, v))
+        return NULL;
+    int32_t *offsets = I32(v[0]);
+    const int64_t *merged_at = I64(v[1]), *step = I64(v[2]);
+    Py_ssize_t n = LEN(v[0]), n_merged = LEN(v[1]);
+    if (LEN(v[2]) < n_merged + 1) {
+        release(v, 3);
+        PyErr_SetString(PyExc_ValueError, "shift_offsets(): step is shorter than merged_at + 1");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t below = 0;
+    for (Py_ssize_t j = 0; j < n; j++) {
+        while (below < n_merged && merged_at[below] < j)
+            below++;
+        offsets[j] += (int32_t)step[below];
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 3);
+    Py_RETURN_NONE;
+}
+
+static const Spec bucket_specs[] = {{"keys", SIGNED, 8, 0, 1}, {"starts", SIGNED, 4, 1, 1}};
+
+static PyObject *
+bucket_starts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[2];
+    int64_t shift;
+    if (!check_nargs("bucket_starts", nargs, 3) || !scalar(args[2], &shift)
+        || !acquire("bucket_starts", args, bucket_specs, 2, v))
+        return NULL;
+    const int64_t *keys = I64(v[0]);
+    int32_t *starts = I32(v[1]);
+    Py_ssize_t n = LEN(v[0]);
+    int64_t buckets = n ? (keys[n - 1] >> shift) - (keys[0] >> shift) + 1 : 0;
+    if (LEN(v[1]) != buckets + 1) {
+        release(v, 2);
+        PyErr_SetString(PyExc_ValueError, "bucket_starts(): starts is not buckets + 1 long");
+        return NULL;
+    }
+    int64_t b = 0;
+    if (n) {
+        int64_t base = keys[0] >> shift;
+        for (Py_ssize_t i = 0; i < n; i++)
+            for (int64_t bucket = (keys[i] >> shift) - base; b <= bucket; b++)
+                starts[b] = (int32_t)i;
+    }
+    for (; b <= buckets; b++)
+        starts[b] = (int32_t)n;
+    release(v, 2);
+    Py_RETURN_NONE;
+}
+
+static const Spec lower_specs[] = {
+    {"keys", SIGNED, 8, 0, 1}, {"starts", SIGNED, 4, 0, 1}, {"queries", SIGNED, 8, 0, 1},
+    {"out", SIGNED, 8, 1, 1},
+};
+
+static PyObject *
+lower_bounds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[4];
+    PyObject *columns[4] = {args[0], args[1], args[3], args[4]};
+    int64_t shift;
+    if (!check_nargs("lower_bounds", nargs, 5) || !scalar(args[2], &shift)
+        || !acquire("lower_bounds", columns, lower_specs, 4, v))
+        return NULL;
+    const int64_t *keys = I64(v[0]), *queries = I64(v[2]);
+    const int32_t *starts = I32(v[1]);
+    int64_t *out = I64(v[3]);
+    Py_ssize_t n = LEN(v[0]), q = LEN(v[3]);
+    if (LEN(v[2]) < q) {
+        release(v, 4);
+        PyErr_SetString(PyExc_ValueError, "lower_bounds(): queries is shorter than out");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int64_t base = n ? keys[0] >> shift : 0, top = n ? keys[n - 1] >> shift : 0;
+    for (Py_ssize_t i = 0; i < q; i++) {
+        int64_t query = queries[i];
+        int64_t shifted = query >> shift; /* compared before subtracting: no overflow */
+        if (!n || shifted < base)
+            out[i] = 0;
+        else if (shifted > top)
+            out[i] = n;
+        else {
+            int64_t bucket = shifted - base;
+            out[i] = lower_bound(keys, starts[bucket], starts[bucket + 1], query);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 4);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ columns */
+
+static const Spec insert_specs[] = {
+    {"column", ANY_INT, 0, 1, 1}, {"at", SIGNED, 8, 0, 1}, {"items", ANY_INT, 0, 0, 1},
+};
+
+static PyObject *
+move_right_and_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[3];
+    PyObject *columns[3] = {args[0], args[2], args[3]};
+    int64_t n;
+    if (!check_nargs("move_right_and_insert", nargs, 4) || !scalar(args[1], &n)
+        || !acquire("move_right_and_insert", columns, insert_specs, 3, v))
+        return NULL;
+    Py_ssize_t size = v[0].itemsize, k = LEN(v[2]);
+    if (v[2].itemsize != size || LEN(v[1]) != k || n < 0 || LEN(v[0]) < n + k) {
+        release(v, 3);
+        PyErr_SetString(PyExc_ValueError, "move_right_and_insert(): items and column differ "
+                        "in type, at and items in length, or column has no room for them");
+        return NULL;
+    }
+    char *column = v[0].buf;
+    const char *items = v[2].buf;
+    const int64_t *at = I64(v[1]);
+    Py_BEGIN_ALLOW_THREADS
+    /* From the last item down: the entries at or after its place move right past the
+     * items still to come, in one block each. */
+    int64_t i = n, w = n + k;
+    for (Py_ssize_t j = k - 1; j >= 0; j--) {
+        int64_t moved = i - at[j];
+        if (moved > 0) {
+            w -= moved;
+            i -= moved;
+            memmove(column + w * size, column + i * size, moved * size);
+        }
+        w--;
+        memcpy(column + w * size, items + j * size, size);
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 3);
+    Py_RETURN_NONE;
+}
+
+static const Spec bits_specs[] = {{"words", UNSIGNED, 8, 1, 1}, {"positions", UNSIGNED, 8, 0, 1}};
+
+static PyObject *
+set_bits(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[2];
+    if (!check_nargs("set_bits", nargs, 2) || !acquire("set_bits", args, bits_specs, 2, v))
+        return NULL;
+    uint64_t *words = U64(v[0]);
+    const uint64_t *positions = U64(v[1]);
+    Py_ssize_t n = LEN(v[1]);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        words[positions[i] >> 6] |= (uint64_t)1 << (positions[i] & 63);
+    Py_END_ALLOW_THREADS
+    release(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ byte ranges */
+
+static const Spec copy_specs[] = {
+    {"data", UNSIGNED, 1, 0, 1}, {"starts", SIGNED, 8, 0, 1}, {"lengths", SIGNED, 8, 0, 1},
+    {"out", UNSIGNED, 1, 1, 1}, {"out_starts", SIGNED, 8, 0, 1},
+};
+
+static PyObject *
+copy_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[5];
+    if (!check_nargs("copy_ranges", nargs, 5) || !acquire("copy_ranges", args, copy_specs, 5, v))
+        return NULL;
+    const uint8_t *data = U8(v[0]);
+    const int64_t *starts = I64(v[1]), *lengths = I64(v[2]), *out_starts = I64(v[4]);
+    uint8_t *out = U8(v[3]);
+    Py_ssize_t n = LEN(v[1]);
+    Py_BEGIN_ALLOW_THREADS
+    /* memmove: out may be data, its ranges moved left */
+    for (Py_ssize_t i = 0; i < n; i++)
+        memmove(out + out_starts[i], data + starts[i], lengths[i]);
+    Py_END_ALLOW_THREADS
+    release(v, 5);
+    Py_RETURN_NONE;
+}
+
+static const Spec pairs_specs[] = {
+    {"left_data", UNSIGNED, 1, 0, 1}, {"left_lo", SIGNED, 8, 0, 1},
+    {"left_hi", SIGNED, 8, 0, 1}, {"right_offsets", SIGNED, 8, 0, 1},
+    {"right_data", UNSIGNED, 1, 0, 1}, {"right_rows", SIGNED, 8, 0, 1},
+    {"out_offsets", SIGNED, 8, 0, 1}, {"out", UNSIGNED, 1, 1, 1},
+};
+
+static PyObject *
+copy_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[8];
+    if (!check_nargs("copy_pairs", nargs, 8) || !acquire("copy_pairs", args, pairs_specs, 8, v))
+        return NULL;
+    const uint8_t *left_data = U8(v[0]), *right_data = U8(v[4]);
+    const int64_t *left_lo = I64(v[1]), *left_hi = I64(v[2]), *right_offsets = I64(v[3]);
+    const int64_t *right_rows = I64(v[5]), *out_offsets = I64(v[6]);
+    uint8_t *out = U8(v[7]);
+    Py_ssize_t n = LEN(v[1]);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t at = out_offsets[i], left = left_hi[i] - left_lo[i], row = right_rows[i];
+        memcpy(out + at, left_data + left_lo[i], left);
+        memcpy(out + at + left, right_data + right_offsets[row],
+               right_offsets[row + 1] - right_offsets[row]);
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 8);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ id table */
+
+static const Spec hash_specs[] = {
+    {"data", UNSIGNED, 1, 0, 1}, {"offsets", SIGNED, 8, 0, 1}, {"out", UNSIGNED, 8, 1, 1},
+};
+
+static PyObject *
+hash_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[3];
+    if (!check_nargs("hash_ranges", nargs, 3) || !acquire("hash_ranges", args, hash_specs, 3, v))
+        return NULL;
+    const uint8_t *data = U8(v[0]);
+    const int64_t *offsets = I64(v[1]);
+    uint64_t *out = U64(v[2]);
+    Py_ssize_t n = LEN(v[2]);
+    if (LEN(v[1]) < n + 1) {
+        release(v, 3);
+        PyErr_SetString(PyExc_ValueError, "hash_ranges(): offsets is not longer than out");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) { /* 64-bit FNV-1a */
+        uint64_t h = 14695981039346656037ULL;
+        for (int64_t j = offsets[i]; j < offsets[i + 1]; j++)
+            h = (h ^ data[j]) * 1099511628211ULL;
+        out[i] = h;
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 3);
+    Py_RETURN_NONE;
+}
+
+static const Spec find_specs[] = {
+    {"table", SIGNED, 4, 0, 1}, {"slot_hash", UNSIGNED, 8, 0, 1},
+    {"buffer", UNSIGNED, 1, 0, 1}, {"start", SIGNED, 8, 0, 1}, {"length", SIGNED, 4, 0, 1},
+    {"data", UNSIGNED, 1, 0, 1}, {"offsets", SIGNED, 8, 0, 1}, {"hashes", UNSIGNED, 8, 0, 1},
+    {"out", SIGNED, 8, 1, 1},
+};
+
+static PyObject *
+find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[9];
+    int64_t empty;
+    if (!check_nargs("find_slots", nargs, 10) || !scalar(args[9], &empty)
+        || !acquire("find_slots", args, find_specs, 9, v))
+        return NULL;
+    const int32_t *table = I32(v[0]), *length = I32(v[4]);
+    const uint64_t *slot_hash = U64(v[1]), *hashes = U64(v[7]);
+    const uint8_t *buffer = U8(v[2]), *data = U8(v[5]);
+    const int64_t *start = I64(v[3]), *offsets = I64(v[6]);
+    int64_t *out = I64(v[8]);
+    Py_ssize_t n = LEN(v[8]);
+    uint64_t mask = (uint64_t)LEN(v[0]) - 1;
+    if (LEN(v[7]) < n || LEN(v[6]) < n + 1) {
+        release(v, 9);
+        PyErr_SetString(PyExc_ValueError, "find_slots(): hashes or offsets too short for out");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t lo = offsets[i], size = offsets[i + 1] - offsets[i];
+        out[i] = -1;
+        for (uint64_t at = hashes[i] & mask; table[at] != empty; at = (at + 1) & mask) {
+            int32_t slot = table[at];
+            if (slot >= 0 && slot_hash[slot] == hashes[i] && length[slot] == size
+                && memcmp(buffer + start[slot], data + lo, size) == 0) {
+                out[i] = slot;
+                break;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 9);
+    Py_RETURN_NONE;
+}
+
+static const Spec table_specs[] = {
+    {"table", SIGNED, 4, 1, 1}, {"slot_hash", UNSIGNED, 8, 0, 1}, {"slots", SIGNED, 8, 0, 1},
+};
+
+/* File (marker: the empty entry) or mark deleted (marker: the deleted entry) each slot. */
+static PyObject *
+update_table(const char *func, PyObject *const *args, Py_ssize_t nargs, int filing)
+{
+    Py_buffer v[3];
+    int64_t marker;
+    if (!check_nargs(func, nargs, 4) || !scalar(args[3], &marker)
+        || !acquire(func, args, table_specs, 3, v))
+        return NULL;
+    int32_t *table = I32(v[0]);
+    const uint64_t *slot_hash = U64(v[1]);
+    const int64_t *slots = I64(v[2]);
+    uint64_t mask = (uint64_t)LEN(v[0]) - 1;
+    Py_ssize_t n = LEN(v[2]);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t at = slot_hash[slots[i]] & mask;
+        if (filing) {
+            while (table[at] != marker)
+                at = (at + 1) & mask;
+            table[at] = (int32_t)slots[i];
+        } else {
+            while (table[at] != slots[i])
+                at = (at + 1) & mask;
+            table[at] = (int32_t)marker;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(v, 3);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+insert_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return update_table("insert_slots", args, nargs, 1);
+}
+
+static PyObject *
+remove_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return update_table("remove_slots", args, nargs, 0);
+}
+
+/* ------------------------------------------------------------------ module */
+
+#define KERNEL(name, doc) {#name, (PyCFunction)(void (*)(void))name, METH_FASTCALL, doc}
+
+static PyMethodDef kernel_methods[] = {
+    KERNEL(verify_candidates, "See index.pstree.kernels.verify_candidates."),
+    KERNEL(fallback_candidates, "See index.pstree.kernels.fallback_candidates."),
+    KERNEL(hashed_pair_entries, "See index.pstree.kernels.hashed_pair_entries."),
+    KERNEL(space_pair_keys, "See index.pstree.kernels.space_pair_keys."),
+    KERNEL(compact_in_place, "See index.core.multimap.MultiMap.remove_values."),
+    KERNEL(shift_offsets, "See index.core.multimap._shift_offsets."),
+    KERNEL(bucket_starts, "See index.core.multimap.KeyDirectory."),
+    KERNEL(lower_bounds, "See index.core.multimap.KeyDirectory.lower_bounds."),
+    KERNEL(move_right_and_insert, "See index.core.columns.insert_sorted_in_place."),
+    KERNEL(set_bits, "See index.core.columns.set_bits."),
+    KERNEL(copy_ranges, "See index.core.slot_bytes.copy_ranges."),
+    KERNEL(copy_pairs, "See streaming.heads."),
+    KERNEL(hash_ranges, "See index.core.slot_ids."),
+    KERNEL(find_slots, "See index.core.slot_ids."),
+    KERNEL(insert_slots, "See index.core.slot_ids."),
+    KERNEL(remove_slots, "See index.core.slot_ids."),
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef kernels_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "index._kernels",
+    .m_doc = "The compiled loops of psmatch (see the comment at the top of index/_kernels.c).",
+    .m_size = -1,
+    .m_methods = kernel_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__kernels(void)
+{
+    return PyModule_Create(&kernels_module);
+}
