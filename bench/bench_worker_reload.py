@@ -48,19 +48,25 @@ log = logging.getLogger("bench")
 def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
     """Run :func:`sync_index` to ``version`` in a fresh process (a new Python worker; the
     index of shard 0 when ``settings.shards`` > 1); its wall and CPU seconds, peak
-    resident bytes, the changes it replayed and what it started from (``built_from``)."""
+    resident bytes, the changes it replayed and what it started from (``built_from``).
+
+    The peak is the process's ``VmHWM``, not ``ru_maxrss``: Linux carries the parent's
+    peak over into the ``ru_maxrss`` of a child across ``exec``, so a child reported its
+    parent's peak (a bare interpreter started by a process that had touched 500 MiB:
+    511 MiB, its ``VmHWM`` 11 MiB)."""
     fields = {name: getattr(settings, name) for name in (
         "redis_url", "redis_prefix", "retention", "matcher", "notifications_topic",
         "rejected_topic", "snapshot_dir", "shards")}  # fmt: skip
     code = (
-        "import json, resource, sys, time\n"
+        "import json, re, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "from streaming.worker import WorkerSettings, sync_index\n"
         f"settings = WorkerSettings(**json.loads({json.dumps(fields)!r}))\n"
         "t, c = time.perf_counter(), time.process_time()\n"
         f"index = sync_index(settings, {version})\n"
         "print(json.dumps({'wall_s': time.perf_counter() - t, 'cpu_s': time.process_time() - c,"
-        " 'peak_rss': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,"
+        " 'peak_rss': 1024 * int(re.search(r'VmHWM:\\s+(\\d+)',"
+        " open('/proc/self/status').read()).group(1)),"
         " 'replayed': index.replayed, 'subscriptions': len(index.matcher),"
         " 'version': index.version, 'built_from': index.built_from}))\n"
     )
