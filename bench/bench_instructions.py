@@ -31,6 +31,7 @@ import argparse
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -105,6 +106,18 @@ def measure(worktree: Path, matcher: str, args: argparse.Namespace, library: Pat
             "match per event": match / args.events}
 
 
+def build_kernels(tree: Path) -> None:
+    """Build a checkout's compiled loops (``index/_kernels.c``, since stop 40) in place, as
+    ``pip install -e`` does in the repository, so that the checkout imports from its
+    own tree: with the flags of ``pyproject.toml``'s ``ext-modules``."""
+    source = tree / "index" / "_kernels.c"
+    if source.exists():
+        target = source.with_name("_kernels" + sysconfig.get_config_var("EXT_SUFFIX"))
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O3",
+                        f"-I{sysconfig.get_paths()['include']}", "-o", str(target),
+                        str(source)], check=True)  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--revisions", nargs="+", default=["HEAD"],
@@ -126,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree),
                             revision], check=True, capture_output=True)
             trees[revision] = tree
+            build_kernels(tree)
         try:
             print("| matcher | revision | add (M instr) | deferred | add + deferred "
                   "| add read at once | match per event (M instr) |")
