@@ -51,8 +51,9 @@ from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
 
 import index  # noqa: E402
 from index import MATCHERS, make_matcher  # noqa: E402
+from index.begen.adversarial import EXPRESSIONS, values  # noqa: E402
 from index.errors import ExpressionError  # noqa: E402
-from index.language import MAX_PREDICATES, MAX_TEXT, parse_subscription  # noqa: E402
+from index.language import parse_subscription  # noqa: E402
 
 DOC = REPO / "docs" / "bench-adversarial.md"
 MB = 1 << 20
@@ -65,61 +66,6 @@ Operation = Callable[[], Report]
 # --------------------------------------------------------------------------- workloads
 # A workload prepares its input (not measured) and returns the operation to measure,
 # which returns what the table shows besides time and memory.
-
-
-def _values(start: int, count: int = 256) -> str:
-    return ",".join(str(v) for v in range(start, start + count))
-
-
-def _filled(clause: Callable[[int], str], joiner: str = " and ",
-            most: int = MAX_PREDICATES) -> str:
-    """clause(0), clause(1), ... joined: at most ``most`` of them and MAX_TEXT characters."""
-    parts: list[str] = []
-    size = 0
-    for k in range(most):
-        part = clause(k)
-        size += len(part) + (len(joiner) if parts else 0)
-        if size > MAX_TEXT:
-            break
-        parts.append(part)
-    return joiner.join(parts)
-
-
-def _nested_not_or(depth: int, pad: int) -> str:
-    text = f"s0 = '{0:0{pad}d}'"
-    for k in range(1, depth):
-        value = f"'{k:0{pad}d}'"
-        text = f"not (s{k} != {value} or {text})" if k % 2 else f"(t{k} = {value} or not ({text}))"
-    return text
-
-
-EXPRESSIONS: dict[str, Callable[[], str]] = {
-    "issue: 8 `not in` lists of 256 values": lambda: " and ".join(
-        f"a not in ({_values(256 * k)})" for k in range(8)),
-    "issue: 40 `not in` lists of 256 values": lambda: " and ".join(
-        f"a not in ({_values(256 * k)})" for k in range(40)),
-    "issue: 70 identical `in` lists of 256 values": lambda: " and ".join(
-        f"a in ({_values(0)})" for _ in range(70)),
-    "`in` lists of 256 values under `not (... or ...)`": lambda: "not (" + _filled(
-        lambda k: f"a in ({_values(7 * k)})", " or ")[: MAX_TEXT - 300].rsplit(" or ", 1)[0]
-    + ")",
-    "256 `not between` on one attribute": lambda: _filled(
-        lambda k: f"s not between '{k:0100d}' and '{k:0100d}~'"),
-    "256 `like` (contains and prefix, negated)": lambda: _filled(
-        lambda k: f"s not like '%{k:0200d}%' and s not like '{k:0200d}%'",
-        most=MAX_PREDICATES // 2),
-    "`not`/`or` nested 24 deep": lambda: _nested_not_or(24, 2600),
-    "3 `not in` lists in 64 conjuncts, narrowed 200 times": lambda: " and ".join(
-        [f"a not in ({_values(256 * k)})" for k in range(3)]
-        + [f"(b{k} = 1 or c{k} = 1)" for k in range(6)]
-        + [f"a > {-1000 - k}" for k in range(200)]),
-    "in-list of 256 strings against 250 long `not like`": lambda: " and ".join(
-        [f"s in ({','.join(repr(str(v)) for v in range(256))})"]
-        + [f"s not like '%{'x' * 200}{k}%'" for k in range(250)]),
-}
-"""The parser case's expressions: the issue's three, then each operator mix filling the
-64 KiB text limit (or the 256-comparison limit), then the two that reach the step limit
-or come closest to it."""
 
 
 def parse_workload(matcher: str, expression: str) -> Operation:
@@ -146,7 +92,7 @@ def wide_event_workload(matcher: str, subscriptions: int, attributes: int) -> Op
 
 FLOODS: dict[str, Callable[[int], str]] = {
     "a != i": lambda i: f"a != {i}",
-    "a not in (20 values)": lambda i: f"a not in ({_values(20 * i, 20)})",
+    "a not in (20 values)": lambda i: f"a not in ({values(20 * i, 20)})",
     "a = i": lambda i: f"a = {i}",
 }
 

@@ -1,7 +1,8 @@
 """BE-Gen, the workload generator of the BE-Tree and PS-Tree papers, apart from the matchers.
 
 It generates subscriptions and events for benchmarks and tests
-(:mod:`index.begen.generator`); no matcher imports it. Command line:
+(:mod:`index.begen.generator`), beside the adversarial expressions they share
+(:mod:`index.begen.adversarial`); no matcher imports either. Command line:
 ``python -m index.begen --help``.
 """
 

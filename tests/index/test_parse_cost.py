@@ -3,8 +3,8 @@
 Cost is counted, never timed: every :class:`~index.language.Interval` normalisation
 builds goes through a counting wrapper, and the limits that bound the rest of the work
 are checked on the errors they raise. The expressions are the adversarial ones of
-issue 9 (each fills the 64 KiB text limit), on which normalisation used to build
-intervals for every pair of intervals it intersected.
+issue 9 (:mod:`index.begen.adversarial`, which the adversarial benchmark times), on
+which normalisation used to build intervals for every pair of intervals it intersected.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from index import language
+from index.begen.adversarial import STEP_BOUND, TEXT_BOUND, values
 from index.errors import ExpressionLimitError
 from index.language import (
     MAX_INTERVALS,
     MAX_NORMAL_FORM_INTERVALS,
     MAX_NORMALISATION_STEPS,
-    MAX_PREDICATES,
     MAX_TEXT,
     Interval,
     parse_subscription,
@@ -46,51 +46,8 @@ def intervals_built(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], in
     yield lambda: built
 
 
-def values(start: int, count: int = 256) -> str:
-    return ",".join(str(v) for v in range(start, start + count))
-
-
-def filled(clause: Callable[[int], str], joiner: str = " and ", most: int = MAX_PREDICATES) -> str:
-    """clause(0), clause(1), ... joined, at most ``most`` of them and MAX_TEXT characters."""
-    parts: list[str] = []
-    size = 0
-    for k in range(most):
-        part = clause(k)
-        size += len(part) + (len(joiner) if parts else 0)
-        if size > MAX_TEXT:
-            break
-        parts.append(part)
-    return joiner.join(parts)
-
-
-def nested_not_or(depth: int, pad: int) -> str:
-    """not (s1 != 1 or (t2 = 2 or not (...))), with ``pad``-character strings."""
-    text = f"s0 = '{0:0{pad}d}'"
-    for k in range(1, depth):
-        value = f"'{k:0{pad}d}'"
-        text = f"not (s{k} != {value} or {text})" if k % 2 else f"(t{k} = {value} or not ({text}))"
-    return text
-
-
-ADVERSARIAL = {
-    # 8 lists of 256 values, about 10 KB: 2.5 to 7 s before the fix.
-    "8 not in lists": " and ".join(f"a not in ({values(256 * k)})" for k in range(8)),
-    # 40 lists, about 50 KB: minutes before the fix.
-    "not in lists": filled(lambda k: f"a not in ({values(256 * k)})"),
-    # 70 identical in lists, 64 KB: several seconds before the fix.
-    "identical in lists": filled(lambda k: f"a in ({values(0)})"),
-    "in lists under not": "not (" + filled(lambda k: f"a in ({values(7 * k)})", " or ")[
-        : MAX_TEXT - 300].rsplit(" or ", 1)[0] + ")",
-    "ranges": filled(lambda k: f"s not between '{k:0100d}' and '{k:0100d}~'"),
-    "like patterns": filled(lambda k: f"s not like '%{k:0200d}%' and s not like '{k:0200d}%'",
-                            most=MAX_PREDICATES // 2),
-    "nested not and or": nested_not_or(24, 2600),
-}
-
-
-@pytest.mark.parametrize("name", ADVERSARIAL)
-def test_normalisation_builds_intervals_linear_in_the_text(name, intervals_built):
-    text = ADVERSARIAL[name]
+def parsed_or_limited(text: str) -> None:
+    """Parse ``text``: a subscription, or a limit error that says where."""
     assert len(text) <= MAX_TEXT
     try:
         subscription = parse_subscription(text)
@@ -98,7 +55,19 @@ def test_normalisation_builds_intervals_linear_in_the_text(name, intervals_built
         assert error.position is not None, error
     else:
         assert subscription.conjuncts
+
+
+@pytest.mark.parametrize("name", TEXT_BOUND)
+def test_normalisation_builds_intervals_linear_in_the_text(name, intervals_built):
+    text = TEXT_BOUND[name]()
+    parsed_or_limited(text)
     assert intervals_built() <= len(text), name
+
+
+@pytest.mark.parametrize("name", STEP_BOUND)
+def test_normalisation_near_its_step_limit_builds_at_most_that_many(name, intervals_built):
+    parsed_or_limited(STEP_BOUND[name]())
+    assert intervals_built() <= MAX_NORMALISATION_STEPS, name
 
 
 def test_intersecting_interval_sets_is_a_sorted_merge(intervals_built):
