@@ -71,11 +71,17 @@ snapshot of 1M PSTHash subscriptions takes a few seconds to write."""
 
 @functools.cache
 def index_code_digest() -> str:
-    """SHA-256 of the source of the ``index`` package (every ``.py``, by relative path):
-    a snapshot is only loaded by the code that pickled it. Computed once per process."""
-    root = Path(index.__file__).parent
+    """:func:`source_digest` of the ``index`` package: a snapshot is only loaded by the
+    code that pickled it. Computed once per process."""
+    return source_digest(Path(index.__file__).parent)
+
+
+def source_digest(root: Path) -> str:
+    """SHA-256 of the source under ``root``: every ``.py`` and ``.c`` file, by relative
+    path. The C counts as much as the Python: its loops compute what the pickled columns
+    hold (the id table's hashes, for one)."""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
+    for path in sorted(path for pattern in ("*.py", "*.c") for path in root.rglob(pattern)):
         digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()

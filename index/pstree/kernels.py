@@ -25,7 +25,8 @@ Most candidates at 1M fail on an attribute their event lacks; each conjunct's tr
 (8 bytes) drops those before their rows, and their other columns, are read: PSTHash at
 1M matched in 1.29 and 1.09 ms CPU per event with it, 1.35 and 1.28 ms without (two
 runs of 3,000 events, best of three passes each). These figures are of the same loops
-compiled by numba, which the C replaced (docs/bench-streaming.md, stop 40).
+compiled by numba, which the C replaced at stop 40 (docs/benchmarks.md, *Compiled loops
+in C*).
 """
 
 from __future__ import annotations

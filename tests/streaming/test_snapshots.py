@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import index
 from connectors.local import LocalServices
 from connectors.state import SourceChange, StateStore
 from index import make_matcher
@@ -27,10 +28,12 @@ from streaming.job import snapshot_dir
 from streaming.snapshots import (
     CLAIM_STALE_SECONDS,
     SnapshotError,
+    index_code_digest,
     load_snapshot,
     save_snapshot,
     snapshot_path,
     snapshot_state,
+    source_digest,
 )
 from streaming.worker import WorkerSettings
 from tests.streaming.worker_state import put, worker_state
@@ -107,6 +110,22 @@ def test_a_corrupt_snapshot_is_ignored(
     path.write_bytes(b"")  # truncated to nothing
     assert start_worker(settings, 12).built_from == "change log"
     assert "is not a psmatch index snapshot" in caplog.text
+
+
+def test_the_index_code_digest_covers_the_c_source(tmp_path: Path) -> None:
+    """A change to a loop of ``index/_kernels.c`` is another version of the index code,
+    as a change to a ``.py`` file is; other files are not code."""
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "columns.py").write_text("X = 1\n")
+    (tmp_path / "_kernels.c").write_text("int x = 1;\n")
+    before = source_digest(tmp_path)
+    (tmp_path / "notes.txt").write_text("not code")
+    assert source_digest(tmp_path) == before
+    (tmp_path / "_kernels.c").write_text("int x = 2;\n")
+    after_c = source_digest(tmp_path)
+    (tmp_path / "core" / "columns.py").write_text("X = 2\n")
+    assert len({before, after_c, source_digest(tmp_path)}) == 3
+    assert index_code_digest() == source_digest(Path(index.__file__).parent)
 
 
 def test_a_snapshot_of_other_index_code_is_ignored(
