@@ -2,7 +2,7 @@
  *
  * Owns the machine code of the loops numpy has no single expression for: the PS-Tree
  * verification and PSTHash's candidate scans (index/pstree/kernels.py), the multimap's
- * compaction, merge and key directory (index/core/multimap.py), the sorted-column insert
+ * compaction, merge, key directory and key filter (index/core/multimap.py), the sorted-column insert
  * and bit scatter (index/core/columns.py), the id table (index/core/slot_ids.py), the byte
  * range copies (index/core/slot_bytes.py) and the notification heads' assembly
  * (streaming/heads.py). Each loop's meaning, cost and callers are documented on its
@@ -125,6 +125,16 @@ scalar(PyObject *obj, int64_t *out)
 {
     long long value = PyLong_AsLongLong(obj);
     if (value == -1 && PyErr_Occurred())
+        return 0;
+    *out = value;
+    return 1;
+}
+
+static int
+unsigned_scalar(PyObject *obj, uint64_t *out)
+{
+    unsigned long long value = PyLong_AsUnsignedLongLong(obj);
+    if (value == (unsigned long long)-1 && PyErr_Occurred())
         return 0;
     *out = value;
     return 1;
@@ -623,6 +633,71 @@ lower_bounds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The key filter's bit of a key: its multiplicative hash's top bits. */
+static inline uint64_t
+filter_bit(int64_t key, uint64_t multiplier, uint64_t shift)
+{
+    return ((uint64_t)key * multiplier) >> shift;
+}
+
+static const Spec filter_specs[] = {
+    {"words", UNSIGNED, 8, 1, 1}, {"keys", SIGNED, 8, 0, 1}, {"out", BOOL, 1, 1, 1},
+};
+
+/* filter_add(words, keys, multiplier, shift) sets the keys' bits;
+ * filter_may_hold(words, keys, multiplier, shift, out) reads them. */
+static PyObject *
+filter_kernel(const char *func, PyObject *const *args, Py_ssize_t nargs, int adding)
+{
+    Py_buffer v[3];
+    PyObject *columns[3] = {args[0], args[1], adding ? NULL : args[4]};
+    uint64_t multiplier;
+    int64_t shift;
+    int n_columns = adding ? 2 : 3;
+    if (!check_nargs(func, nargs, adding ? 4 : 5) || !unsigned_scalar(args[2], &multiplier)
+        || !scalar(args[3], &shift) || !acquire(func, columns, filter_specs, n_columns, v))
+        return NULL;
+    uint64_t *words = U64(v[0]);
+    const int64_t *keys = I64(v[1]);
+    Py_ssize_t n = LEN(v[1]);
+    uint64_t n_bits = (uint64_t)LEN(v[0]) << 6;
+    if (shift < 1 || shift > 63 || n_bits < ((uint64_t)1 << (64 - shift))
+        || (!adding && LEN(v[2]) < n)) {
+        release(v, n_columns);
+        PyErr_Format(PyExc_ValueError, "%s(): the shift leaves more bits than the words hold, "
+                     "or out is shorter than keys", func);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (adding)
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t bit = filter_bit(keys[i], multiplier, shift);
+            words[bit >> 6] |= (uint64_t)1 << (bit & 63);
+        }
+    else {
+        char *out = (char *)v[2].buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t bit = filter_bit(keys[i], multiplier, shift);
+            out[i] = (char)((words[bit >> 6] >> (bit & 63)) & 1);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(v, n_columns);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+filter_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return filter_kernel("filter_add", args, nargs, 1);
+}
+
+static PyObject *
+filter_may_hold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return filter_kernel("filter_may_hold", args, nargs, 0);
+}
+
 /* ------------------------------------------------------------------ columns */
 
 static const Spec insert_specs[] = {
@@ -881,6 +956,8 @@ static PyMethodDef kernel_methods[] = {
     KERNEL(shift_offsets, "See index.core.multimap._shift_offsets."),
     KERNEL(bucket_starts, "See index.core.multimap.KeyDirectory."),
     KERNEL(lower_bounds, "See index.core.multimap.KeyDirectory.lower_bounds."),
+    KERNEL(filter_add, "See index.core.multimap.KeyFilter.add."),
+    KERNEL(filter_may_hold, "See index.core.multimap.KeyFilter.may_hold."),
     KERNEL(move_right_and_insert, "See index.core.columns.insert_sorted_in_place."),
     KERNEL(set_bits, "See index.core.columns.set_bits."),
     KERNEL(copy_ranges, "See index.core.slot_bytes.copy_ranges."),

@@ -9,6 +9,7 @@ import tracemalloc
 from unittest.mock import patch
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -145,6 +146,22 @@ def test_a_compaction_asks_its_filter_a_block_of_entries_at_a_time() -> None:
     assert (seen_keys == keys[seen_values]).all()
     _, values = multimap.lookup(np.arange(500, dtype=np.int64))
     assert sorted(values.tolist()) == list(range(0, 20_000, 2))
+
+
+def test_a_key_filter_bit_is_the_top_bits_of_the_keys_fibonacci_hash() -> None:
+    """The compiled filter sets and reads bit ``(key * 0x9E3779B97F4A7C15 mod 2**64) >>
+    shift`` of its words, as numpy computes it, and refuses keys of another type."""
+    keys = np.random.default_rng(11).integers(-(2**63), 2**63 - 1, 5_000)
+    key_filter = KeyFilter(keys[:0], 10_000)
+    key_filter.add(keys)
+    bits = (keys.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(
+        key_filter._shift)
+    expected = np.zeros_like(key_filter.words)
+    np.bitwise_or.at(expected, bits >> np.uint64(6), np.uint64(1) << (bits & np.uint64(63)))
+    assert (key_filter.words == expected).all()
+    assert key_filter.may_hold(keys).all()
+    with pytest.raises(TypeError, match="argument 'keys'"):
+        key_filter.may_hold(keys.astype(np.int32))
 
 
 def test_the_key_filter_drops_most_missing_queries() -> None:
