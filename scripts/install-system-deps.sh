@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install the system packages the streaming service and its tests need, when missing:
 # Debian's redis-server, a Java 17 runtime (Kafka, Spark), Maven (fetches the jars) and
-# prometheus (the server tests/deploy scrapes the job's metrics with) and kcat (the outside
-# Kafka client the fault-injection tests produce with).
+# prometheus (the server tests/deploy scrapes the job's metrics with), kcat (the outside
+# Kafka client the fault-injection tests produce with) and gcc (the install builds the
+# compiled loops, index/_kernels.c).
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 missing=()
@@ -11,8 +12,9 @@ command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || missing+=(maven)
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+command -v gcc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 if [[ ${#missing[@]} -eq 0 ]]; then
-    echo "install-system-deps: redis-server, java, mvn, prometheus and kcat are installed"
+    echo "install-system-deps: redis-server, java, mvn, prometheus, kcat and gcc are installed"
     exit 0
 fi
 sudo=""
