@@ -14,8 +14,10 @@ Owns PSTBloom's two structures on top of the shared PS-Trees:
   dropped when the signature of the event's space in one of its other dimensions lacks
   it (Lemma 1: no false drops). The survivors are verified exactly.
 
-Signatures are built in bulk with numpy (:meth:`PSTBloomMatcher.build_signatures`), each
-space sized from its own member count, as the paper's pitfall list advises. Between
+Signatures are built in bulk (:meth:`PSTBloomMatcher.build_signatures`), each space
+sized from its own member count, as the paper's pitfall list advises. A conjunct's two
+bits come from one multiplicative hash of its id, in the compiled loops that set them
+and test them (``index/_kernels.c``: ``bloom_add``, ``signature_filter``). Between
 builds a split space shares its parent's filter (its members are the same); conjuncts
 added since the last build skip the signature test and go straight to exact
 verification, and removed ones leave stale bits (extra false positives, never false
@@ -28,20 +30,15 @@ not put into signatures: a filter holding nearly every conjunct of its tree reje
 almost nothing and costs memory in every space; verification checks them instead.
 
 Cost per event: locating O(|E| log m), candidates O(c), signature tests O(c x p) with
-early exit, verification of the survivors.
+early exit (one compiled pass over the candidates), verification of the survivors.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from index.core.columns import (
-    GrowableArray,
-    expand_ranges,
-    grown_capacity,
-    set_bits,
-    zero_padded,
-)
+from index import _kernels
+from index.core.columns import GrowableArray, expand_ranges, grown_capacity, zero_padded
 from index.core.multimap import MultiMap
 from index.core.pipeline import Batch, Candidates
 from index.events import FlatEvent
@@ -54,16 +51,8 @@ WIDE_SPACES = 32
 SIGNATURE_BLOCK = 1 << 15
 """Conjuncts :meth:`PSTBloomMatcher.build_signatures` reads at once."""
 BITS_PER_MEMBER = 8
-_HASH = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _bloom_bits(cids: np.ndarray, bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The two bit positions of each cid in filters of ``bits`` bits (powers of two)."""
-    x = (cids.astype(np.uint64) + np.uint64(1)) * _HASH
-    mask = bits.astype(np.uint64) - np.uint64(1)
-    return ((x >> np.uint64(40)) & mask).astype(np.int64), ((x >> np.uint64(8)) & mask).astype(
-        np.int64
-    )
+_HASH = 0x9E3779B97F4A7C15
+"""The multiplier of the signatures' hash (2**64 / golden ratio)."""
 
 
 class PSTBloomMatcher(ForestMatcher):
@@ -172,9 +161,8 @@ class PSTBloomMatcher(ForestMatcher):
             _, (iv_cid, first, cover) = self._signed(cids)
             member, position = expand_ranges(first, cover)
             sid, cid = layout[position], iv_cid[member]
-            base = (self.sig_offset[sid] << 6).astype(np.uint64)
-            set_bits(pool, np.concatenate([base + bit.astype(np.uint64)
-                                           for bit in _bloom_bits(cid, bits[sid])]))
+            _kernels.bloom_add(pool, self.sig_offset[sid], bits[sid],
+                               cid.astype(np.int64, copy=False), _HASH)  # fmt: skip
         self.sig_pool = pool
         self.sig_mask.replace(mask)
         self._added_since_build = 0
@@ -209,22 +197,6 @@ class PSTBloomMatcher(ForestMatcher):
         return (self._bulk_since_build or self._added_since_build > max(1024, live // 10)
                 or self._removed_since_build > max(1024, live // 4))
 
-    def _signature_test(self, sids: np.ndarray, cids: np.ndarray) -> np.ndarray:
-        if len(self.sig_bits) == 0:
-            return np.ones(len(sids), dtype=bool)
-        sids_in = sids < len(self.sig_bits)
-        bits = np.where(sids_in, self.sig_bits[np.minimum(sids, len(self.sig_bits) - 1)], 0)
-        ok = bits == 0
-        test = np.flatnonzero(~ok)
-        if len(test):
-            offset = self.sig_offset[sids[test]]
-            hit = np.ones(len(test), dtype=bool)
-            for position in _bloom_bits(cids[test], bits[test]):
-                word = self.sig_pool[offset + (position >> 6)]
-                hit &= ((word >> (position & 63).astype(np.uint64)) & np.uint64(1)).astype(bool)
-            ok[test] = hit
-        return ok
-
     # -- matching ----------------------------------------------------------------------
 
     def _begin(self, events: list[FlatEvent]) -> ForestBatch:
@@ -251,25 +223,16 @@ class PSTBloomMatcher(ForestMatcher):
     def _signature_filter(self, ev: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                           sid_matrix: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Drop candidates whose id is missing from an event space's signature."""
-        store = self.store
-        alive = self.registry.alive.data[cids]
-        ev, cids, checked = ev[alive], cids[alive], checked[alive]
-        masks = self.sig_mask.data[cids]
-        k = 1
-        while len(cids):
-            active = (masks >> np.uint64(k)) != 0
-            if not active.any():
-                break
-            idx = np.flatnonzero(active & (((masks >> np.uint64(k)) & np.uint64(1)) != 0))
-            if len(idx):
-                pid = store.pred_start.data[cids[idx]] + k
-                sids = sid_matrix[ev[idx], store.pred_tree[pid]]
-                ok = np.zeros(len(idx), dtype=bool)
-                present = np.flatnonzero(sids >= 0)
-                ok[present] = self._signature_test(sids[present], cids[idx][present])
-                keep = np.ones(len(cids), dtype=bool)
-                keep[idx[~ok]] = False
-                ev, cids, masks, checked = ev[keep], cids[keep], masks[keep], checked[keep]
-            k += 1
-        return ev, cids, checked
+        """Keep the live candidates whose id is in the signature of the event's space in
+        each of its signed dimensions (an event that lacks one drops it). One compiled
+        pass (``index/_kernels.c``, ``signature_filter``): O(candidates x signed
+        predicates checked up to the first miss), reading no temporaries. Its numpy
+        version (a pass per predicate place over the remaining candidates) took 64 % of
+        PSTBloom's matching at 1M BE-Gen subscriptions."""
+        kept = np.empty(len(cids), dtype=np.int64)
+        n_kept = _kernels.signature_filter(
+            ev, cids, self.registry.alive.data, self.sig_mask.data, self.store.pred_start.data,
+            self.store.row_table(), sid_matrix, self.sig_bits, self.sig_offset, self.sig_pool,
+            kept, _HASH)
+        kept = kept[:n_kept]
+        return ev[kept], cids[kept], checked[kept]

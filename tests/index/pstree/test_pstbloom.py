@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from index import make_matcher
 from index.pstree import pstbloom
 from index.pstree.pstbloom import PSTBloomMatcher
+from index.pstree.store import ConjunctStore
 from tests.index.strategies import events, expressions, parsed
 
 
@@ -55,6 +56,24 @@ def test_signatures_reject_candidates_whose_other_predicate_misses():
     # Every conjunct's second predicate (b = i) is narrow, so it is signed.
     assert (bloom.sig_mask.view() != 0).all()
     assert bloom.match({"a": 3, "b": 4}) == set()
+
+
+def test_the_signature_filter_drops_candidates_before_verification():
+    """Conjunct 3 (``a = 3 and b = 3``) is a candidate of ``{a: 3, b: 4}`` through its
+    access predicate; its signed ``b = 3`` is missing from the signature of the event's
+    ``b`` space, so verification never sees it. An event without ``b`` drops it too,
+    and the conjunct that holds passes."""
+    bloom = make_matcher("pstbloom")
+    bloom.add_many([(str(i), f"a = {i} and b = {i}") for i in range(50)])
+    bloom.match({"a": 0, "b": 0})  # builds the signatures
+    verify = ConjunctStore.verify
+    with patch.object(ConjunctStore, "verify", autospec=True,
+                      side_effect=verify) as verified:
+        for event, answer in (({"a": 3, "b": 4}, set()), ({"a": 3}, set()),
+                              ({"a": 3, "b": 3}, {"3"})):
+            assert bloom.match(event) == answer
+            cids = verified.call_args.args[2]
+            assert len(cids) == len(answer), event
 
 
 def test_bulk_adds_between_two_matches_are_signed_by_one_build():
