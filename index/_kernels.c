@@ -714,10 +714,11 @@ static PyObject *
 lower_bounds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer v[4];
-    PyObject *columns[4] = {args[0], args[1], args[3], args[4]};
     int64_t shift;
-    if (!check_nargs("lower_bounds", nargs, 5) || !scalar(args[2], &shift)
-        || !acquire("lower_bounds", columns, lower_specs, 4, v))
+    if (!check_nargs("lower_bounds", nargs, 5) || !scalar(args[2], &shift))
+        return NULL;
+    PyObject *columns[4] = {args[0], args[1], args[3], args[4]};
+    if (!acquire("lower_bounds", columns, lower_specs, 4, v))
         return NULL;
     const int64_t *keys = I64(v[0]), *queries = I64(v[2]);
     const int32_t *starts = I32(v[1]);
@@ -764,12 +765,14 @@ static PyObject *
 filter_kernel(const char *func, PyObject *const *args, Py_ssize_t nargs, int adding)
 {
     Py_buffer v[3];
-    PyObject *columns[3] = {args[0], args[1], adding ? NULL : args[4]};
     uint64_t multiplier;
     int64_t shift;
     int n_columns = adding ? 2 : 3;
     if (!check_nargs(func, nargs, adding ? 4 : 5) || !unsigned_scalar(args[2], &multiplier)
-        || !scalar(args[3], &shift) || !acquire(func, columns, filter_specs, n_columns, v))
+        || !scalar(args[3], &shift))
+        return NULL;
+    PyObject *columns[3] = {args[0], args[1], adding ? NULL : args[4]};
+    if (!acquire(func, columns, filter_specs, n_columns, v))
         return NULL;
     uint64_t *words = U64(v[0]);
     const int64_t *keys = I64(v[1]);
@@ -822,10 +825,11 @@ static PyObject *
 move_right_and_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer v[3];
-    PyObject *columns[3] = {args[0], args[2], args[3]};
     int64_t n;
-    if (!check_nargs("move_right_and_insert", nargs, 4) || !scalar(args[1], &n)
-        || !acquire("move_right_and_insert", columns, insert_specs, 3, v))
+    if (!check_nargs("move_right_and_insert", nargs, 4) || !scalar(args[1], &n))
+        return NULL;
+    PyObject *columns[3] = {args[0], args[2], args[3]};
+    if (!acquire("move_right_and_insert", columns, insert_specs, 3, v))
         return NULL;
     Py_ssize_t size = v[0].itemsize, k = LEN(v[2]);
     if (v[2].itemsize != size || LEN(v[1]) != k || n < 0 || LEN(v[0]) < n + k) {

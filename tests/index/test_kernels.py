@@ -60,6 +60,13 @@ def test_a_two_dimensional_column_is_checked_for_its_shape() -> None:
         _kernels.verify_candidates(*wide, 2**30)
 
 
+@pytest.mark.parametrize("name", sorted(n for n in dir(_kernels) if not n.startswith("_")))
+def test_every_loop_refuses_too_few_arguments(name: str) -> None:
+    """Each loop counts its arguments before it reads one: no call reads past them."""
+    with pytest.raises(TypeError, match=rf"{name}\(\) takes \d+ arguments \(1 given\)"):
+        getattr(_kernels, name)(np.zeros(1, np.int64))
+
+
 def test_wrong_counts_and_lengths_are_errors() -> None:
     with pytest.raises(TypeError, match=r"set_bits\(\) takes 2 arguments \(1 given\)"):
         _kernels.set_bits(words())
