@@ -2,9 +2,9 @@
  *
  * Owns the machine code of the loops numpy has no single expression for: the PS-Tree
  * verification and PSTHash's candidate scans (index/pstree/kernels.py), PSTBloom's Bloom
- * signatures (index/pstree/pstbloom.py), the multimap's
- * compaction, merge, key directory and key filter (index/core/multimap.py), the sorted-column insert
- * and bit scatter (index/core/columns.py), the id table (index/core/slot_ids.py), the byte
+ * signatures (index/pstree/pstbloom.py), the multimap's compaction, merge, key directory
+ * and key filter (index/core/multimap.py), the sorted-column insert, range expansion and
+ * bit scatter (index/core/columns.py), the id table (index/core/slot_ids.py), the byte
  * range copies (index/core/slot_bytes.py) and the notification heads' assembly
  * (streaming/heads.py). Each loop's meaning, cost and callers are documented on its
  * Python wrapper in those modules, which also allocates its outputs where their length is
@@ -860,6 +860,44 @@ move_right_and_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+static const Spec expand_specs[] = {
+    {"starts", SIGNED, 8, 0, 1}, {"counts", SIGNED, 8, 0, 1}, {"owner", SIGNED, 8, 1, 1},
+    {"index", SIGNED, 8, 1, 1},
+};
+
+static PyObject *
+expand_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[4];
+    if (!check_nargs("expand_ranges", nargs, 4)
+        || !acquire("expand_ranges", args, expand_specs, 4, v))
+        return NULL;
+    const int64_t *starts = I64(v[0]), *counts = I64(v[1]);
+    int64_t *owner = I64(v[2]), *index = I64(v[3]);
+    Py_ssize_t n = LEN(v[1]), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (counts[i] < 0)
+            break;
+        total += counts[i];
+    }
+    if (LEN(v[0]) < n || LEN(v[2]) != total || LEN(v[3]) != total) {
+        release(v, 4);
+        PyErr_SetString(PyExc_ValueError, "expand_ranges(): a count is negative, starts is "
+                        "shorter than counts, or owner and index are not the counts' sum long");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int64_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < counts[i]; j++, k++) {
+            owner[k] = i;
+            index[k] = starts[i] + j;
+        }
+    Py_END_ALLOW_THREADS
+    release(v, 4);
+    Py_RETURN_NONE;
+}
+
 static const Spec bits_specs[] = {{"words", UNSIGNED, 8, 1, 1}, {"positions", UNSIGNED, 8, 0, 1}};
 
 static PyObject *
@@ -1079,6 +1117,7 @@ static PyMethodDef kernel_methods[] = {
     KERNEL(filter_add, "See index.core.multimap.KeyFilter.add."),
     KERNEL(filter_may_hold, "See index.core.multimap.KeyFilter.may_hold."),
     KERNEL(move_right_and_insert, "See index.core.columns.insert_sorted_in_place."),
+    KERNEL(expand_ranges, "See index.core.columns.expand_ranges."),
     KERNEL(set_bits, "See index.core.columns.set_bits."),
     KERNEL(copy_ranges, "See index.core.slot_bytes.copy_ranges."),
     KERNEL(copy_pairs, "See streaming.heads."),

@@ -243,16 +243,14 @@ class GrowableArray:
 def expand_ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Expand ranges ``[starts[i], starts[i] + counts[i])`` into flat indices.
 
-    Returns ``(owner, index)``: for each produced index, the range it came from.
-    Cost O(len(starts) + counts.sum()), fully vectorised.
-    """
-    counts = np.asarray(counts, dtype=np.int64)
+    Returns ``(owner, index)``: for each produced index, the range it came from (int64).
+    Cost O(len(starts) + counts.sum()), one compiled pass with no temporaries: the numpy
+    version (a repeat, a cumulative sum and three gathers) took 7 % of PSTBloom's matching
+    at 1M BE-Gen subscriptions, in its subscription lists' lookups."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
     total = int(counts.sum())
-    owner = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    if total == 0:
-        return owner, np.empty(0, dtype=np.int64)
-    first = np.cumsum(counts) - counts
-    index = np.arange(total, dtype=np.int64) - first[owner] + np.asarray(starts, np.int64)[owner]
+    owner, index = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+    _kernels.expand_ranges(np.ascontiguousarray(starts, dtype=np.int64), counts, owner, index)
     return owner, index
 
 

@@ -1,13 +1,14 @@
 """Columnar building blocks: insert_sorted and insert_sorted_in_place against numpy's
-insert, set_bits against bitwise_or.at."""
+insert, set_bits against bitwise_or.at, expand_ranges against a loop over the ranges."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from index.core.columns import insert_sorted, insert_sorted_in_place, set_bits
+from index.core.columns import expand_ranges, insert_sorted, insert_sorted_in_place, set_bits
 
 
 @given(st.lists(st.integers(-50, 50), max_size=40), st.data())
@@ -60,3 +61,21 @@ def test_set_bits_equals_bitwise_or_at() -> None:
     got = np.zeros(300, dtype=np.uint64)
     set_bits(got, positions.copy())
     assert (got == expected).all()
+
+
+@given(st.lists(st.tuples(st.integers(-2**40, 2**40), st.integers(0, 6)), max_size=30))
+@settings(max_examples=300, deadline=None)
+def test_expand_ranges_lists_each_ranges_indices_in_order(ranges) -> None:
+    """Range i gives ``starts[i]``, ``starts[i] + 1``, ..., each owned by i; empty
+    ranges give nothing. Starts and counts of other integer types are read as int64."""
+    starts = np.array([s for s, _ in ranges], dtype=np.int64)
+    counts = np.array([c for _, c in ranges], dtype=np.int32)
+    owner, index = expand_ranges(starts, counts)
+    expected = [(i, s + j) for i, (s, c) in enumerate(ranges) for j in range(c)]
+    assert list(zip(owner.tolist(), index.tolist(), strict=True)) == expected
+    assert owner.dtype == index.dtype == np.int64
+
+
+def test_expand_ranges_refuses_a_negative_count() -> None:
+    with pytest.raises(ValueError):
+        expand_ranges(np.array([0, 5]), np.array([3, -1]))
