@@ -112,6 +112,19 @@ release(Py_buffer *views, int n)
         PyBuffer_Release(&views[i]);
 }
 
+/* Release the views and refuse the call's lengths: ValueError(message), NULL. */
+static PyObject *
+refuse(Py_buffer *views, int n, const char *message)
+{
+    release(views, n);
+    PyErr_SetString(PyExc_ValueError, message);
+    return NULL;
+}
+
+/* The number of columns a loop's specs describe, and the acquisition of them all. */
+#define COUNT(specs) ((int)(sizeof(specs) / sizeof((specs)[0])))
+#define ACQUIRE(func, args, specs, views) acquire(func, args, specs, COUNT(specs), views)
+
 static int
 check_nargs(const char *func, Py_ssize_t nargs, Py_ssize_t want)
 {
@@ -202,16 +215,15 @@ static const Spec verify_specs[] = {
     {"iv_hi_closed", BOOL, 1, 0, 1}, {"bound_rank", SIGNED, 4, 0, 1},
     {"kept", SIGNED, 8, 1, 1},
 };
-#define VERIFY_COLUMNS 16
 
 static PyObject *
 verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[VERIFY_COLUMNS];
+    Py_buffer v[COUNT(verify_specs)];
     int64_t unbounded_hi;
-    if (!check_nargs("verify_candidates", nargs, VERIFY_COLUMNS + 1)
-        || !scalar(args[VERIFY_COLUMNS], &unbounded_hi)
-        || !acquire("verify_candidates", args, verify_specs, VERIFY_COLUMNS, v))
+    if (!check_nargs("verify_candidates", nargs, COUNT(verify_specs) + 1)
+        || !scalar(args[COUNT(verify_specs)], &unbounded_hi)
+        || !ACQUIRE("verify_candidates", args, verify_specs, v))
         return NULL;
     const int64_t *events = I64(v[0]), *cids = I64(v[1]);
     const int32_t *checked = I32(v[2]), *positions = I32(v[3]);
@@ -225,22 +237,18 @@ verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const int32_t *bound_rank = I32(v[14]);
     int64_t *kept = I64(v[15]);
     Py_ssize_t n = LEN(v[1]), n_events = v[3].shape[0], n_trees = v[3].shape[1];
-    if (LEN(v[0]) != n || LEN(v[2]) != n || LEN(v[15]) < n || v[8].shape[1] != ROW_WIDTH) {
-        release(v, VERIFY_COLUMNS);
-        PyErr_SetString(PyExc_ValueError, "verify_candidates(): events, cids and checked "
-                        "differ in length, kept is shorter, or rows is not [rows, 4]");
-        return NULL;
-    }
+    if (LEN(v[0]) != n || LEN(v[2]) != n || LEN(v[15]) < n || v[8].shape[1] != ROW_WIDTH)
+        return refuse(v, COUNT(verify_specs), "verify_candidates(): events, cids and checked "
+                      "differ in length, kept is shorter, or rows is not [rows, 4]");
     uint64_t *has = malloc((n_events ? n_events : 1) * sizeof(uint64_t));
-    int32_t *first = malloc((n ? n : 1) * sizeof(int32_t));
-    int32_t *end = malloc((n ? n : 1) * sizeof(int32_t));
-    if (!has || !first || !end) {
+    int32_t *first = malloc((n ? 2 * n : 1) * sizeof(int32_t)); /* and each one's end */
+    if (!has || !first) {
         free(has);
         free(first);
-        free(end);
-        release(v, VERIFY_COLUMNS);
+        release(v, COUNT(verify_specs));
         return PyErr_NoMemory();
     }
+    int32_t *end = first + n;
     int64_t n_kept = 0;
     Py_BEGIN_ALLOW_THREADS
     /* Pass 0: the mask of the trees each event has (bit t % 64 for tree t). */
@@ -288,8 +296,7 @@ verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_END_ALLOW_THREADS
     free(has);
     free(first);
-    free(end);
-    release(v, VERIFY_COLUMNS);
+    release(v, COUNT(verify_specs));
     return PyLong_FromLongLong(n_kept);
 }
 
@@ -307,10 +314,10 @@ static const Spec fallback_specs[] = {
 static PyObject *
 fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[7];
+    Py_buffer v[COUNT(fallback_specs)];
     int64_t no_tree;
     if (!check_nargs("fallback_candidates", nargs, 8) || !scalar(args[7], &no_tree)
-        || !acquire("fallback_candidates", args, fallback_specs, 7, v))
+        || !ACQUIRE("fallback_candidates", args, fallback_specs, v))
         return NULL;
     const int64_t *first = I64(v[0]), *end = I64(v[1]), *keys = I64(v[2]);
     int wide = v[3].itemsize == 8;
@@ -331,7 +338,7 @@ fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!owner_column || !found_column) {
         Py_XDECREF(owner_column);
         Py_XDECREF(found_column);
-        release(v, 7);
+        release(v, COUNT(fallback_specs));
         return NULL;
     }
     int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_column);
@@ -346,7 +353,7 @@ fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     found[k++] = values[at];
                 }
     Py_END_ALLOW_THREADS
-    release(v, 7);
+    release(v, COUNT(fallback_specs));
     return Py_BuildValue("(NN)", owner_column, found_column);
 }
 
@@ -365,24 +372,21 @@ static const Spec pair_specs[] = {
 static PyObject *
 hashed_pair_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[4];
+    Py_buffer v[COUNT(pair_specs)];
     int64_t merge_ratio;
     if (!check_nargs("hashed_pair_entries", nargs, 5) || !scalar(args[4], &merge_ratio)
-        || !acquire("hashed_pair_entries", args, pair_specs, 4, v))
+        || !ACQUIRE("hashed_pair_entries", args, pair_specs, v))
         return NULL;
     const int64_t *event = I64(v[0]), *tree = I64(v[1]), *sid = I64(v[2]);
     const int64_t *tree_pairs = I64(v[3]);
     Py_ssize_t n = LEN(v[0]), n_pairs = LEN(v[3]);
-    int64_t *event_end = malloc((n ? n : 1) * sizeof(int64_t));
-    int64_t *up_start = malloc((n ? n : 1) * sizeof(int64_t));
-    int64_t *up_end = malloc((n ? n : 1) * sizeof(int64_t));
-    if (!event_end || !up_start || !up_end) {
-        free(event_end);
-        free(up_start);
-        free(up_end);
-        release(v, 4);
+    /* per entry: its event's end, and the run of its tree's pairs */
+    int64_t *scratch = malloc((n ? 3 * n : 1) * sizeof(int64_t));
+    if (!scratch) {
+        release(v, COUNT(pair_specs));
         return PyErr_NoMemory();
     }
+    int64_t *event_end = scratch, *up_start = scratch + n, *up_end = scratch + 2 * n;
     int64_t bound = 0;
     Py_BEGIN_ALLOW_THREADS
     int64_t stop = n;
@@ -400,10 +404,8 @@ hashed_pair_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!owner_column || !keys_column) {
         Py_XDECREF(owner_column);
         Py_XDECREF(keys_column);
-        free(event_end);
-        free(up_start);
-        free(up_end);
-        release(v, 4);
+        free(scratch);
+        release(v, COUNT(pair_specs));
         return NULL;
     }
     int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_column);
@@ -453,10 +455,8 @@ hashed_pair_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_END_ALLOW_THREADS
-    free(event_end);
-    free(up_start);
-    free(up_end);
-    release(v, 4);
+    free(scratch);
+    release(v, COUNT(pair_specs));
     if (PyByteArray_Resize(owner_column, k * sizeof(int64_t)) < 0
         || PyByteArray_Resize(keys_column, k * sizeof(int64_t)) < 0) {
         Py_DECREF(owner_column);
@@ -473,21 +473,18 @@ static const Spec pair_keys_specs[] = {
 static PyObject *
 space_pair_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[3];
+    Py_buffer v[COUNT(pair_keys_specs)];
     if (!check_nargs("space_pair_keys", nargs, 3)
-        || !acquire("space_pair_keys", args, pair_keys_specs, 3, v))
+        || !ACQUIRE("space_pair_keys", args, pair_keys_specs, v))
         return NULL;
     const int64_t *a = I64(v[0]), *b = I64(v[1]);
     int64_t *out = I64(v[2]);
     Py_ssize_t n = LEN(v[2]);
-    if (LEN(v[0]) < n || LEN(v[1]) < n) {
-        release(v, 3);
-        PyErr_SetString(PyExc_ValueError, "space_pair_keys(): sid_a or sid_b is shorter");
-        return NULL;
-    }
+    if (LEN(v[0]) < n || LEN(v[1]) < n)
+        return refuse(v, COUNT(pair_keys_specs), "space_pair_keys(): sid_a or sid_b is shorter");
     for (Py_ssize_t i = 0; i < n; i++)
         out[i] = space_pair_key(a[i], b[i]);
-    release(v, 3);
+    release(v, COUNT(pair_keys_specs));
     Py_RETURN_NONE;
 }
 
@@ -511,19 +508,17 @@ static const Spec bloom_add_specs[] = {
 static PyObject *
 bloom_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[4];
+    Py_buffer v[COUNT(bloom_add_specs)];
     uint64_t multiplier;
     if (!check_nargs("bloom_add", nargs, 5) || !unsigned_scalar(args[4], &multiplier)
-        || !acquire("bloom_add", args, bloom_add_specs, 4, v))
+        || !ACQUIRE("bloom_add", args, bloom_add_specs, v))
         return NULL;
     uint64_t *pool = U64(v[0]);
     const int64_t *offsets = I64(v[1]), *bits = I64(v[2]), *cids = I64(v[3]);
     Py_ssize_t n = LEN(v[3]);
-    if (LEN(v[1]) < n || LEN(v[2]) < n) {
-        release(v, 4);
-        PyErr_SetString(PyExc_ValueError, "bloom_add(): offsets or bits is shorter than cids");
-        return NULL;
-    }
+    if (LEN(v[1]) < n || LEN(v[2]) < n)
+        return refuse(v, COUNT(bloom_add_specs),
+                      "bloom_add(): offsets or bits is shorter than cids");
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t a, b, *filter = pool + offsets[i];
@@ -532,7 +527,7 @@ bloom_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         filter[b >> 6] |= (uint64_t)1 << (b & 63);
     }
     Py_END_ALLOW_THREADS
-    release(v, 4);
+    release(v, COUNT(bloom_add_specs));
     Py_RETURN_NONE;
 }
 
@@ -543,16 +538,15 @@ static const Spec signature_specs[] = {
     {"sig_bits", SIGNED, 8, 0, 1}, {"sig_offset", SIGNED, 8, 0, 1},
     {"sig_pool", UNSIGNED, 8, 0, 1}, {"kept", SIGNED, 8, 1, 1},
 };
-#define SIGNATURE_COLUMNS 11
 
 static PyObject *
 signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[SIGNATURE_COLUMNS];
+    Py_buffer v[COUNT(signature_specs)];
     uint64_t multiplier;
-    if (!check_nargs("signature_filter", nargs, SIGNATURE_COLUMNS + 1)
-        || !unsigned_scalar(args[SIGNATURE_COLUMNS], &multiplier)
-        || !acquire("signature_filter", args, signature_specs, SIGNATURE_COLUMNS, v))
+    if (!check_nargs("signature_filter", nargs, COUNT(signature_specs) + 1)
+        || !unsigned_scalar(args[COUNT(signature_specs)], &multiplier)
+        || !ACQUIRE("signature_filter", args, signature_specs, v))
         return NULL;
     const int64_t *events = I64(v[0]), *cids = I64(v[1]);
     const char *alive = BOOLS(v[2]);
@@ -561,12 +555,9 @@ signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const int64_t *sid_matrix = I64(v[6]), *sig_bits = I64(v[7]), *sig_offset = I64(v[8]);
     int64_t *kept = I64(v[10]);
     Py_ssize_t n = LEN(v[1]), n_trees = v[6].shape[1], n_signed = LEN(v[7]);
-    if (LEN(v[0]) != n || LEN(v[10]) < n || v[5].shape[1] != ROW_WIDTH) {
-        release(v, SIGNATURE_COLUMNS);
-        PyErr_SetString(PyExc_ValueError, "signature_filter(): events and cids differ in "
-                        "length, kept is shorter, or rows is not [rows, 4]");
-        return NULL;
-    }
+    if (LEN(v[0]) != n || LEN(v[10]) < n || v[5].shape[1] != ROW_WIDTH)
+        return refuse(v, COUNT(signature_specs), "signature_filter(): events and cids differ in "
+                      "length, kept is shorter, or rows is not [rows, 4]");
     int64_t n_kept = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -600,7 +591,7 @@ signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             kept[n_kept++] = i;
     }
     Py_END_ALLOW_THREADS
-    release(v, SIGNATURE_COLUMNS);
+    release(v, COUNT(signature_specs));
     return PyLong_FromLongLong(n_kept);
 }
 
@@ -614,9 +605,9 @@ static const Spec compact_specs[] = {
 static PyObject *
 compact_in_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[4];
+    Py_buffer v[COUNT(compact_specs)];
     if (!check_nargs("compact_in_place", nargs, 4)
-        || !acquire("compact_in_place", args, compact_specs, 4, v))
+        || !ACQUIRE("compact_in_place", args, compact_specs, v))
         return NULL;
     int64_t *keys = I64(v[0]);
     int32_t *offsets = I32(v[1]), *values = I32(v[2]);
@@ -638,7 +629,7 @@ compact_in_place(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         start = stop;
     }
     Py_END_ALLOW_THREADS
-    release(v, 4);
+    release(v, COUNT(compact_specs));
     return Py_BuildValue("(LL)", (long long)n_keys, (long long)n_values);
 }
 
@@ -649,18 +640,16 @@ static const Spec shift_specs[] = {
 static PyObject *
 shift_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[3];
+    Py_buffer v[COUNT(shift_specs)];
     if (!check_nargs("shift_offsets", nargs, 3)
-        || !acquire("shift_offsets", args, shift_specs, 3, v))
+        || !ACQUIRE("shift_offsets", args, shift_specs, v))
         return NULL;
     int32_t *offsets = I32(v[0]);
     const int64_t *merged_at = I64(v[1]), *step = I64(v[2]);
     Py_ssize_t n = LEN(v[0]), n_merged = LEN(v[1]);
-    if (LEN(v[2]) < n_merged + 1) {
-        release(v, 3);
-        PyErr_SetString(PyExc_ValueError, "shift_offsets(): step is shorter than merged_at + 1");
-        return NULL;
-    }
+    if (LEN(v[2]) < n_merged + 1)
+        return refuse(v, COUNT(shift_specs),
+                      "shift_offsets(): step is shorter than merged_at + 1");
     Py_BEGIN_ALLOW_THREADS
     Py_ssize_t below = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
@@ -669,7 +658,7 @@ shift_offsets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         offsets[j] += (int32_t)step[below];
     }
     Py_END_ALLOW_THREADS
-    release(v, 3);
+    release(v, COUNT(shift_specs));
     Py_RETURN_NONE;
 }
 
@@ -678,20 +667,17 @@ static const Spec bucket_specs[] = {{"keys", SIGNED, 8, 0, 1}, {"starts", SIGNED
 static PyObject *
 bucket_starts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[2];
+    Py_buffer v[COUNT(bucket_specs)];
     int64_t shift;
     if (!check_nargs("bucket_starts", nargs, 3) || !scalar(args[2], &shift)
-        || !acquire("bucket_starts", args, bucket_specs, 2, v))
+        || !ACQUIRE("bucket_starts", args, bucket_specs, v))
         return NULL;
     const int64_t *keys = I64(v[0]);
     int32_t *starts = I32(v[1]);
     Py_ssize_t n = LEN(v[0]);
     int64_t buckets = n ? (keys[n - 1] >> shift) - (keys[0] >> shift) + 1 : 0;
-    if (LEN(v[1]) != buckets + 1) {
-        release(v, 2);
-        PyErr_SetString(PyExc_ValueError, "bucket_starts(): starts is not buckets + 1 long");
-        return NULL;
-    }
+    if (LEN(v[1]) != buckets + 1)
+        return refuse(v, COUNT(bucket_specs), "bucket_starts(): starts is not buckets + 1 long");
     int64_t b = 0;
     if (n) {
         int64_t base = keys[0] >> shift;
@@ -701,7 +687,7 @@ bucket_starts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     for (; b <= buckets; b++)
         starts[b] = (int32_t)n;
-    release(v, 2);
+    release(v, COUNT(bucket_specs));
     Py_RETURN_NONE;
 }
 
@@ -713,22 +699,19 @@ static const Spec lower_specs[] = {
 static PyObject *
 lower_bounds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[4];
+    Py_buffer v[COUNT(lower_specs)];
     int64_t shift;
     if (!check_nargs("lower_bounds", nargs, 5) || !scalar(args[2], &shift))
         return NULL;
     PyObject *columns[4] = {args[0], args[1], args[3], args[4]};
-    if (!acquire("lower_bounds", columns, lower_specs, 4, v))
+    if (!ACQUIRE("lower_bounds", columns, lower_specs, v))
         return NULL;
     const int64_t *keys = I64(v[0]), *queries = I64(v[2]);
     const int32_t *starts = I32(v[1]);
     int64_t *out = I64(v[3]);
     Py_ssize_t n = LEN(v[0]), q = LEN(v[3]);
-    if (LEN(v[2]) < q) {
-        release(v, 4);
-        PyErr_SetString(PyExc_ValueError, "lower_bounds(): queries is shorter than out");
-        return NULL;
-    }
+    if (LEN(v[2]) < q)
+        return refuse(v, COUNT(lower_specs), "lower_bounds(): queries is shorter than out");
     Py_BEGIN_ALLOW_THREADS
     int64_t base = n ? keys[0] >> shift : 0, top = n ? keys[n - 1] >> shift : 0;
     for (Py_ssize_t i = 0; i < q; i++) {
@@ -744,7 +727,7 @@ lower_bounds(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_END_ALLOW_THREADS
-    release(v, 4);
+    release(v, COUNT(lower_specs));
     Py_RETURN_NONE;
 }
 
@@ -824,20 +807,17 @@ static const Spec insert_specs[] = {
 static PyObject *
 move_right_and_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[3];
+    Py_buffer v[COUNT(insert_specs)];
     int64_t n;
     if (!check_nargs("move_right_and_insert", nargs, 4) || !scalar(args[1], &n))
         return NULL;
     PyObject *columns[3] = {args[0], args[2], args[3]};
-    if (!acquire("move_right_and_insert", columns, insert_specs, 3, v))
+    if (!ACQUIRE("move_right_and_insert", columns, insert_specs, v))
         return NULL;
     Py_ssize_t size = v[0].itemsize, k = LEN(v[2]);
-    if (v[2].itemsize != size || LEN(v[1]) != k || n < 0 || LEN(v[0]) < n + k) {
-        release(v, 3);
-        PyErr_SetString(PyExc_ValueError, "move_right_and_insert(): items and column differ "
-                        "in type, at and items in length, or column has no room for them");
-        return NULL;
-    }
+    if (v[2].itemsize != size || LEN(v[1]) != k || n < 0 || LEN(v[0]) < n + k)
+        return refuse(v, COUNT(insert_specs), "move_right_and_insert(): items and column differ "
+                      "in type, at and items in length, or column has no room for them");
     char *column = v[0].buf;
     const char *items = v[2].buf;
     const int64_t *at = I64(v[1]);
@@ -856,7 +836,7 @@ move_right_and_insert(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         memcpy(column + w * size, items + j * size, size);
     }
     Py_END_ALLOW_THREADS
-    release(v, 3);
+    release(v, COUNT(insert_specs));
     Py_RETURN_NONE;
 }
 
@@ -868,9 +848,9 @@ static const Spec expand_specs[] = {
 static PyObject *
 expand_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[4];
+    Py_buffer v[COUNT(expand_specs)];
     if (!check_nargs("expand_ranges", nargs, 4)
-        || !acquire("expand_ranges", args, expand_specs, 4, v))
+        || !ACQUIRE("expand_ranges", args, expand_specs, v))
         return NULL;
     const int64_t *starts = I64(v[0]), *counts = I64(v[1]);
     int64_t *owner = I64(v[2]), *index = I64(v[3]);
@@ -880,12 +860,9 @@ expand_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         total += counts[i];
     }
-    if (LEN(v[0]) < n || LEN(v[2]) != total || LEN(v[3]) != total) {
-        release(v, 4);
-        PyErr_SetString(PyExc_ValueError, "expand_ranges(): a count is negative, starts is "
-                        "shorter than counts, or owner and index are not the counts' sum long");
-        return NULL;
-    }
+    if (LEN(v[0]) < n || LEN(v[2]) != total || LEN(v[3]) != total)
+        return refuse(v, COUNT(expand_specs), "expand_ranges(): a count is negative, starts is "
+                      "shorter than counts, or owner and index are not the counts' sum long");
     Py_BEGIN_ALLOW_THREADS
     int64_t k = 0;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -894,7 +871,7 @@ expand_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             index[k] = starts[i] + j;
         }
     Py_END_ALLOW_THREADS
-    release(v, 4);
+    release(v, COUNT(expand_specs));
     Py_RETURN_NONE;
 }
 
@@ -903,8 +880,8 @@ static const Spec bits_specs[] = {{"words", UNSIGNED, 8, 1, 1}, {"positions", UN
 static PyObject *
 set_bits(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[2];
-    if (!check_nargs("set_bits", nargs, 2) || !acquire("set_bits", args, bits_specs, 2, v))
+    Py_buffer v[COUNT(bits_specs)];
+    if (!check_nargs("set_bits", nargs, 2) || !ACQUIRE("set_bits", args, bits_specs, v))
         return NULL;
     uint64_t *words = U64(v[0]);
     const uint64_t *positions = U64(v[1]);
@@ -913,7 +890,7 @@ set_bits(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++)
         words[positions[i] >> 6] |= (uint64_t)1 << (positions[i] & 63);
     Py_END_ALLOW_THREADS
-    release(v, 2);
+    release(v, COUNT(bits_specs));
     Py_RETURN_NONE;
 }
 
@@ -927,8 +904,8 @@ static const Spec copy_specs[] = {
 static PyObject *
 copy_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[5];
-    if (!check_nargs("copy_ranges", nargs, 5) || !acquire("copy_ranges", args, copy_specs, 5, v))
+    Py_buffer v[COUNT(copy_specs)];
+    if (!check_nargs("copy_ranges", nargs, 5) || !ACQUIRE("copy_ranges", args, copy_specs, v))
         return NULL;
     const uint8_t *data = U8(v[0]);
     const int64_t *starts = I64(v[1]), *lengths = I64(v[2]), *out_starts = I64(v[4]);
@@ -939,7 +916,7 @@ copy_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < n; i++)
         memmove(out + out_starts[i], data + starts[i], lengths[i]);
     Py_END_ALLOW_THREADS
-    release(v, 5);
+    release(v, COUNT(copy_specs));
     Py_RETURN_NONE;
 }
 
@@ -953,8 +930,8 @@ static const Spec pairs_specs[] = {
 static PyObject *
 copy_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[8];
-    if (!check_nargs("copy_pairs", nargs, 8) || !acquire("copy_pairs", args, pairs_specs, 8, v))
+    Py_buffer v[COUNT(pairs_specs)];
+    if (!check_nargs("copy_pairs", nargs, 8) || !ACQUIRE("copy_pairs", args, pairs_specs, v))
         return NULL;
     const uint8_t *left_data = U8(v[0]), *right_data = U8(v[4]);
     const int64_t *left_lo = I64(v[1]), *left_hi = I64(v[2]), *right_offsets = I64(v[3]);
@@ -969,7 +946,7 @@ copy_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                right_offsets[row + 1] - right_offsets[row]);
     }
     Py_END_ALLOW_THREADS
-    release(v, 8);
+    release(v, COUNT(pairs_specs));
     Py_RETURN_NONE;
 }
 
@@ -982,18 +959,15 @@ static const Spec hash_specs[] = {
 static PyObject *
 hash_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[3];
-    if (!check_nargs("hash_ranges", nargs, 3) || !acquire("hash_ranges", args, hash_specs, 3, v))
+    Py_buffer v[COUNT(hash_specs)];
+    if (!check_nargs("hash_ranges", nargs, 3) || !ACQUIRE("hash_ranges", args, hash_specs, v))
         return NULL;
     const uint8_t *data = U8(v[0]);
     const int64_t *offsets = I64(v[1]);
     uint64_t *out = U64(v[2]);
     Py_ssize_t n = LEN(v[2]);
-    if (LEN(v[1]) < n + 1) {
-        release(v, 3);
-        PyErr_SetString(PyExc_ValueError, "hash_ranges(): offsets is not longer than out");
-        return NULL;
-    }
+    if (LEN(v[1]) < n + 1)
+        return refuse(v, COUNT(hash_specs), "hash_ranges(): offsets is not longer than out");
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) { /* 64-bit FNV-1a */
         uint64_t h = 14695981039346656037ULL;
@@ -1002,7 +976,7 @@ hash_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         out[i] = h;
     }
     Py_END_ALLOW_THREADS
-    release(v, 3);
+    release(v, COUNT(hash_specs));
     Py_RETURN_NONE;
 }
 
@@ -1016,10 +990,10 @@ static const Spec find_specs[] = {
 static PyObject *
 find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[9];
+    Py_buffer v[COUNT(find_specs)];
     int64_t empty;
     if (!check_nargs("find_slots", nargs, 10) || !scalar(args[9], &empty)
-        || !acquire("find_slots", args, find_specs, 9, v))
+        || !ACQUIRE("find_slots", args, find_specs, v))
         return NULL;
     const int32_t *table = I32(v[0]), *length = I32(v[4]);
     const uint64_t *slot_hash = U64(v[1]), *hashes = U64(v[7]);
@@ -1028,11 +1002,8 @@ find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t *out = I64(v[8]);
     Py_ssize_t n = LEN(v[8]);
     uint64_t mask = (uint64_t)LEN(v[0]) - 1;
-    if (LEN(v[7]) < n || LEN(v[6]) < n + 1) {
-        release(v, 9);
-        PyErr_SetString(PyExc_ValueError, "find_slots(): hashes or offsets too short for out");
-        return NULL;
-    }
+    if (LEN(v[7]) < n || LEN(v[6]) < n + 1)
+        return refuse(v, COUNT(find_specs), "find_slots(): hashes or offsets too short for out");
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t lo = offsets[i], size = offsets[i + 1] - offsets[i];
@@ -1047,7 +1018,7 @@ find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_END_ALLOW_THREADS
-    release(v, 9);
+    release(v, COUNT(find_specs));
     Py_RETURN_NONE;
 }
 
@@ -1059,10 +1030,10 @@ static const Spec table_specs[] = {
 static PyObject *
 update_table(const char *func, PyObject *const *args, Py_ssize_t nargs, int filing)
 {
-    Py_buffer v[3];
+    Py_buffer v[COUNT(table_specs)];
     int64_t marker;
     if (!check_nargs(func, nargs, 4) || !scalar(args[3], &marker)
-        || !acquire(func, args, table_specs, 3, v))
+        || !ACQUIRE(func, args, table_specs, v))
         return NULL;
     int32_t *table = I32(v[0]);
     const uint64_t *slot_hash = U64(v[1]);
@@ -1083,7 +1054,7 @@ update_table(const char *func, PyObject *const *args, Py_ssize_t nargs, int fili
         }
     }
     Py_END_ALLOW_THREADS
-    release(v, 3);
+    release(v, COUNT(table_specs));
     Py_RETURN_NONE;
 }
 
