@@ -184,35 +184,44 @@ lower_bound(const int64_t *sorted, int64_t lo, int64_t hi, int64_t value)
 
 /* ------------------------------------------------------------------ PS-Tree kernels */
 
-static inline int
-inside_any_interval(int64_t pos, int64_t first, int64_t count, const int32_t *iv_lo_bid,
-                    const char *iv_lo_closed, const int32_t *iv_hi_bid,
-                    const char *iv_hi_closed, const int32_t *bound_rank, int64_t unbounded_hi)
+/* A bound code is an interval end as stored: bound id * 2 + closed, -1 when unbounded;
+ * its space position comes from the bound's rank in its tree (see
+ * index.pstree.forest.UNBOUNDED_HI). */
+static inline int64_t
+lo_position(int32_t code, const int32_t *bound_rank)
 {
-    for (int64_t iid = first; iid < first + count; iid++) {
-        int32_t lo_bid = iv_lo_bid[iid];
-        int64_t lo = lo_bid < 0 ? 0 : 2 * (int64_t)bound_rank[lo_bid] + 2 - iv_lo_closed[iid];
-        if (pos < lo)
+    return code < 0 ? 0 : 2 * (int64_t)bound_rank[code >> 1] + 2 - (code & 1);
+}
+
+static inline int64_t
+hi_position(int32_t code, const int32_t *bound_rank, int64_t unbounded_hi)
+{
+    return code < 0 ? unbounded_hi : 2 * (int64_t)bound_rank[code >> 1] + (code & 1);
+}
+
+/* Whether pos is inside one of the intervals of a run: its count, then each interval's
+ * low and high bound codes, in order (scanned up to the first above pos). */
+static inline int
+inside_any_interval(int64_t pos, const int32_t *run, const int32_t *bound_rank,
+                    int64_t unbounded_hi)
+{
+    for (int32_t j = 0; j < run[0]; j++) {
+        if (pos < lo_position(run[1 + 2 * j], bound_rank))
             return 0;
-        int32_t hi_bid = iv_hi_bid[iid];
-        int64_t hi = hi_bid < 0 ? unbounded_hi
-                                : 2 * (int64_t)bound_rank[hi_bid] + iv_hi_closed[iid];
-        if (pos <= hi)
+        if (pos <= hi_position(run[2 + 2 * j], bound_rank, unbounded_hi))
             return 1;
     }
     return 0;
 }
 
-enum { ROW_TREE, ROW_LO, ROW_HI, ROW_INTERVALS, ROW_WIDTH };
+enum { ROW_TREE, ROW_LO, ROW_HI, ROW_RUN, ROW_WIDTH };
 
 static const Spec verify_specs[] = {
     {"events", SIGNED, 8, 0, 1}, {"cids", SIGNED, 8, 0, 1}, {"checked", SIGNED, 4, 0, 1},
     {"positions", SIGNED, 4, 0, 2}, {"alive", BOOL, 1, 0, 1},
     {"tree_mask", UNSIGNED, 8, 0, 1}, {"pred_start", SIGNED, 4, 0, 1},
     {"pred_count", SIGNED, 4, 0, 1}, {"rows", SIGNED, 4, 0, 2},
-    {"pred_iv_start", SIGNED, 4, 0, 1}, {"iv_lo_bid", SIGNED, 4, 0, 1},
-    {"iv_lo_closed", BOOL, 1, 0, 1}, {"iv_hi_bid", SIGNED, 4, 0, 1},
-    {"iv_hi_closed", BOOL, 1, 0, 1}, {"bound_rank", SIGNED, 4, 0, 1},
+    {"runs", SIGNED, 4, 0, 1}, {"bound_rank", SIGNED, 4, 0, 1},
     {"kept", SIGNED, 8, 1, 1},
 };
 
@@ -230,14 +239,10 @@ verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const char *alive = BOOLS(v[4]);
     const uint64_t *tree_mask = U64(v[5]);
     const int32_t *pred_start = I32(v[6]), *pred_count = I32(v[7]), *rows = I32(v[8]);
-    const int32_t *pred_iv_start = I32(v[9]), *iv_lo_bid = I32(v[10]);
-    const char *iv_lo_closed = BOOLS(v[11]);
-    const int32_t *iv_hi_bid = I32(v[12]);
-    const char *iv_hi_closed = BOOLS(v[13]);
-    const int32_t *bound_rank = I32(v[14]);
-    int64_t *kept = I64(v[15]);
+    const int32_t *runs = I32(v[9]), *bound_rank = I32(v[10]);
+    int64_t *kept = I64(v[11]);
     Py_ssize_t n = LEN(v[1]), n_events = v[3].shape[0], n_trees = v[3].shape[1];
-    if (LEN(v[0]) != n || LEN(v[2]) != n || LEN(v[15]) < n || v[8].shape[1] != ROW_WIDTH)
+    if (LEN(v[0]) != n || LEN(v[2]) != n || LEN(v[11]) < n || v[8].shape[1] != ROW_WIDTH)
         return refuse(v, COUNT(verify_specs), "verify_candidates(): events, cids and checked "
                       "differ in length, kept is shorter, or rows is not [rows, 4]");
     uint64_t *has = malloc((n_events ? n_events : 1) * sizeof(uint64_t));
@@ -281,11 +286,11 @@ verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         for (; pid < end[i]; pid++) {
             const int32_t *row = rows + pid * ROW_WIDTH;
             int32_t pos = event_positions[row[ROW_TREE]];
-            if (pos < row[ROW_LO] || pos > row[ROW_HI]
-                || (row[ROW_INTERVALS] > 1
-                    && !inside_any_interval(pos, pred_iv_start[pid], row[ROW_INTERVALS],
-                                            iv_lo_bid, iv_lo_closed, iv_hi_bid, iv_hi_closed,
-                                            bound_rank, unbounded_hi))) {
+            if (pos < lo_position(row[ROW_LO], bound_rank)
+                || pos > hi_position(row[ROW_HI], bound_rank, unbounded_hi)
+                || (row[ROW_RUN] >= 0
+                    && !inside_any_interval(pos, runs + row[ROW_RUN], bound_rank,
+                                            unbounded_hi))) {
                 holds = 0;
                 break;
             }

@@ -224,16 +224,13 @@ class OpIndexMatcher(ForestMatcher):
         np.add.at(self.list_size, pivots, 1)
         # Entries, one row of the directory per (pivot, predicate attribute).
         rows = self._rows_of((pivots[owner] << 32) | trees)
-        iv_owner, iids = expand_ranges(store.pred_iv_start.data[pids],
-                                       store.pred_iv_count[pids])
-        lo = store.iv_lo_bid.data[iids]
-        hi = store.iv_hi_bid.data[iids]
+        iv_owner, lo, lo_closed, hi, hi_closed = store.intervals(pids)
         point = (lo >= 0) & (lo == hi)
         ge = ~point & (lo >= 0)
         le = ~point & (hi >= 0)
         unbounded = (~point & (lo < 0)).astype(np.int64) + (~point & (hi < 0))
         n_preds = len(pids)
-        need = (store.pred_iv_count[pids] + 1
+        need = (store.interval_counts(pids) + 1
                 - np.bincount(iv_owner, weights=point + unbounded, minlength=n_preds)
                 ).astype(np.int64)
         presence = np.flatnonzero(need == 0)  # no bounded end: the value must be present
@@ -241,8 +238,8 @@ class OpIndexMatcher(ForestMatcher):
         pred_cid = cids[owner]
         parts = (
             (iv_owner[point], EQ, lo[point], np.ones(int(point.sum()), np.int64)),
-            (iv_owner[ge], GE, lo[ge], 2 - store.iv_lo_closed.data[iids][ge]),
-            (iv_owner[le], LE, hi[le], store.iv_hi_closed.data[iids][le]),
+            (iv_owner[ge], GE, lo[ge], 2 - lo_closed[ge]),
+            (iv_owner[le], LE, hi[le], hi_closed[le].astype(np.int64)),
             (presence, LE, np.full(len(presence), -1), np.zeros(len(presence), np.int64)),
         )
         for pred, op, bid, offset in parts:

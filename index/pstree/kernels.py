@@ -12,21 +12,22 @@ arguments' types; the functions here allocate the outputs whose length is known.
 
 Why compiled: with numpy, each predicate step over a block of candidates was a dozen
 passes with their temporaries. What is left is memory latency: at a million conjuncts
-the predicate rows far exceed the processor's caches and candidates name conjuncts in
-no order, so each candidate costs cache misses. The kernel keeps them few and
-overlapped: a row's tree, hull and interval count share one 16-byte record (one miss,
-not four), and the candidates' first unchecked rows are found in a first pass whose
-loads do not depend on each other, so the processor overlaps their misses. Measured on
-BE-Gen (matching probability 0.01 %, 2-core AMD EPYC, shared): about 50-65 ns per
-candidate at 1M subscriptions (9,300 candidates per event with PSTHash), 20-40 ns at
-100K, against 160-230 and 60-115 ns for the numpy passes. Splitting the candidates
-into cache-sized blocks, or partitioning them by conjunct id first, measured slower.
-Most candidates at 1M fail on an attribute their event lacks; each conjunct's tree mask
-(8 bytes) drops those before their rows, and their other columns, are read: PSTHash at
-1M matched in 1.29 and 1.09 ms CPU per event with it, 1.35 and 1.28 ms without (two
-runs of 3,000 events, best of three passes each). These figures are of the same loops
-compiled by numba, which the C replaced at stop 40 (docs/benchmarks.md, *Compiled loops
-in C*).
+the predicate rows far exceed the processor's caches and candidates name conjuncts in no
+order, so each candidate costs cache misses. The kernel keeps them few and overlapped: a
+row's tree, hull and interval run share one 16-byte record (one miss, not four; the
+hull's bound codes become space positions through the forest's bound ranks, a column
+small enough to stay in cache), and the candidates' first unchecked rows are found in a
+first pass whose loads do not depend on each other, so the processor overlaps their
+misses. Measured on BE-Gen (matching probability 0.01 %, 2-core AMD EPYC, shared): about
+50-65 ns per candidate at 1M subscriptions (9,300 candidates per event with PSTHash),
+20-40 ns at 100K, against 160-230 and 60-115 ns for the numpy passes. Splitting the
+candidates into cache-sized blocks, or partitioning them by conjunct id first, measured
+slower. Most candidates at 1M fail on an attribute their event lacks; each conjunct's
+tree mask (8 bytes) drops those before their rows, and their other columns, are read:
+PSTHash at 1M matched in 1.29 and 1.09 ms CPU per event with it, 1.35 and 1.28 ms
+without (two runs of 3,000 events, best of three passes each). These figures are of the
+same loops compiled by numba, which the C replaced at stop 40 (docs/benchmarks.md,
+*Compiled loops in C*).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ import numpy as np
 from index import _kernels
 from index.pstree.forest import UNBOUNDED_HI
 
-ROW_TREE, ROW_LO, ROW_HI, ROW_INTERVALS = range(4)
+ROW_TREE, ROW_LO, ROW_HI, ROW_RUN = range(4)
 """Columns of the ``[rows, 4]`` int32 table of predicate rows the kernel reads: the row's
-tree, the first and last space position of its hull, and its number of intervals."""
+tree, the bound codes of its hull's low and high ends
+(:func:`index.pstree.store.bound_codes`), and where its interval run starts in the
+store's runs (-1: a single interval, the hull)."""
 MERGE_RATIO = 16
 """:func:`hashed_pair_entries` merges two sorted runs whose lengths are within this
 ratio, and searches the items of the shorter in the longer otherwise."""
@@ -47,9 +50,7 @@ ratio, and searches the items of the shorter in the longer otherwise."""
 def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                       positions: np.ndarray, alive: np.ndarray, tree_mask: np.ndarray,
                       pred_start: np.ndarray, pred_count: np.ndarray, rows: np.ndarray,
-                      pred_iv_start: np.ndarray, iv_lo_bid: np.ndarray,
-                      iv_lo_closed: np.ndarray, iv_hi_bid: np.ndarray,
-                      iv_hi_closed: np.ndarray, bound_rank: np.ndarray) -> np.ndarray:
+                      runs: np.ndarray, bound_rank: np.ndarray) -> np.ndarray:
     """Indices, in order, of the candidates ``(events[i], cids[i])`` whose conjunct is live
     and whose predicates from the ``checked[i]``-th on (in access order) hold.
 
@@ -57,11 +58,11 @@ def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
     tree's attribute, which no row admits); ``rows`` the ``[rows, 4]`` table of predicate
     rows (:data:`ROW_TREE` ..); ``tree_mask`` the conjuncts' tree masks
     (:func:`index.pstree.store.tree_masks`): a candidate needing a tree its event lacks
-    is dropped on its mask, before its rows are read; the other arrays are the store's,
-    the registry's and the
-    forest's columns (:class:`index.pstree.store.ConjunctStore`). A predicate holds when
-    the event's position is inside its hull and, for a predicate of several intervals,
-    inside one of them (scanned in order up to the first above the position).
+    is dropped on its mask, before its rows are read; ``runs`` the store's interval runs;
+    the other arrays are the registry's and the forest's columns
+    (:class:`index.pstree.store.ConjunctStore`). A predicate holds when the event's
+    position is inside its hull and, for a predicate of several intervals, inside one of
+    them (its run scanned in order up to the first interval above the position).
 
     Cost O(events x trees + candidates + predicates checked until each candidate's first
     false one + intervals scanned); memory: two int32 columns of the candidates' length,
@@ -70,8 +71,7 @@ def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
     kept = np.empty(len(cids), dtype=np.int64)
     n_kept = _kernels.verify_candidates(
         events, cids, checked, positions, alive, tree_mask, pred_start, pred_count, rows,
-        pred_iv_start, iv_lo_bid, iv_lo_closed, iv_hi_bid, iv_hi_closed, bound_rank, kept,
-        UNBOUNDED_HI)
+        runs, bound_rank, kept, UNBOUNDED_HI)
     return kept[:n_kept]
 
 

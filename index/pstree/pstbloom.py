@@ -180,11 +180,9 @@ class PSTBloomMatcher(ForestMatcher):
         start = store.pred_start.data[cids].astype(np.int64)
         owner, pids = expand_ranges(start + 1,
                                     np.maximum(store.pred_count.data[cids].astype(np.int64) - 1, 0))
-        iv_owner, iids = expand_ranges(store.pred_iv_start.data[pids],
-                                       store.pred_iv_count[pids])
+        iv_owner, *bounds = store.intervals(pids)
         trees = store.pred_tree[pids][iv_owner]
-        lo, hi = store._positions(store.iv_lo_bid.data[iids], store.iv_lo_closed.data[iids],
-                                  store.iv_hi_bid.data[iids], store.iv_hi_closed.data[iids])
+        lo, hi = store._positions(*bounds)
         cover = np.maximum(np.minimum(hi, sizes[trees] - 1) - lo + 1, 0)
         signed_row = np.bincount(iv_owner, weights=cover, minlength=len(pids)) <= WIDE_SPACES
         signed_iv = signed_row[iv_owner]

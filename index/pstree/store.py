@@ -1,12 +1,13 @@
 """The predicate rows of indexed conjuncts and their exact verification.
 
-Owns the part every forest matcher shares: each conjunct's predicates, stored as rows
-of numpy columns in *access order* (most selective first, by the event counters of the
+Owns the part every forest matcher shares: each conjunct's predicates, stored as rows of
+numpy columns in *access order* (most selective first, by the event counters of the
 spaces they cover, with the paper's operator ranking breaking ties and standing in when
-there is no history), the predicate intervals as pairs of bound ids into the
-:class:`index.pstree.forest.Forest`, and :meth:`ConjunctStore.verify`, which checks a batch of
-(event, conjunct) candidates predicate by predicate with integer comparisons on space
-positions, dropping a candidate at its first false predicate (the compiled loop of
+there is no history), their intervals as bound codes (bound ids into the
+:class:`index.pstree.forest.Forest`, with the closed flag in the low bit), and
+:meth:`ConjunctStore.verify`, which checks a batch of (event, conjunct) candidates
+predicate by predicate with integer comparisons on space positions, dropping a candidate
+at its first false predicate (the compiled loop of
 :func:`index.pstree.kernels.verify_candidates`).
 
 Conjunct ids (``cid``) come from the :class:`index.core.registry.ConjunctRegistry`;
@@ -26,23 +27,35 @@ from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Kind, Predicate
 from index.normal_form import ConjunctColumns
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
-from index.pstree.kernels import ROW_HI, ROW_INTERVALS, ROW_LO, ROW_TREE, verify_candidates
+from index.pstree.kernels import ROW_HI, ROW_LO, ROW_RUN, ROW_TREE, verify_candidates
 
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
 out, is *near-full* (:func:`near_full`)."""
 ROW_BLOCK = 1 << 18
-"""Rows :meth:`ConjunctStore.row_table` computes hulls for, and
-:meth:`ConjunctStore.compact` moves, at once: their temporaries, a few int64 columns,
-are a block's (the whole table's were about 190 MiB at 5M rows, above the 76 MiB table,
-at the first match after a bulk load of 1M BE-Gen subscriptions; a compaction's first
-block of 2^20 rows took 81 MiB, of 2^18 about a quarter of it)."""
-ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi", "intervals"], "formats": [np.int32] * 4,
-                      "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI, 4 * ROW_INTERVALS]})
-"""A predicate row of :attr:`ConjunctStore.rows`: its tree, the first and last space
-position of its hull and its number of intervals, each field at the column of the
+"""Rows :meth:`ConjunctStore.compact` moves at once: its temporaries, a few int64
+columns, are a block's (a compaction's first block of 2^20 rows took 81 MiB at 1M
+BE-Gen subscriptions, of 2^18 about a quarter of it)."""
+ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi", "run"], "formats": [np.int32] * 4,
+                      "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI, 4 * ROW_RUN]})
+"""A predicate row of :attr:`ConjunctStore.rows`: its tree, the bound codes of its
+hull's ends (:func:`bound_codes`) and the start of its interval run in
+:attr:`ConjunctStore.runs` (-1 for a single interval), each field at the column of the
 verification kernel's ``[rows, 4]`` table (:data:`index.pstree.kernels.ROW_TREE` ..),
 so that the rows are that table as they are."""
+
+
+def bound_codes(bid: np.ndarray, closed: np.ndarray) -> np.ndarray:
+    """Interval ends as the store keeps them: ``bound id * 2 + closed``, -1 for an
+    unbounded end (which is open). One int32 where a bound id and a flag took 5 bytes,
+    and the kernel reads the flag with the id. O(n), vectorised."""
+    return np.where(bid < 0, -1, bid * 2 + closed).astype(np.int32)
+
+
+def decode_bounds(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The bound ids (-1: unbounded) and closed flags of bound codes. O(n), vectorised."""
+    codes = codes.astype(np.int64)
+    return codes >> 1, (codes >= 0) & (codes & 1 == 1)  # -1 >> 1 is -1
 
 
 def operator_ranks(iv_pred: np.ndarray, iv_first: np.ndarray, niv: np.ndarray,
@@ -99,14 +112,15 @@ class ConjunctStore:
 
     Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows) and
     ``tree_mask`` (the trees its predicates are on, see :func:`tree_masks`). Per
-    predicate row: :attr:`rows` (:data:`ROW_DTYPE`: its tree, :attr:`pred_tree`, its
-    number of intervals, :attr:`pred_iv_count`, and the space positions of its hull,
-    kept for the verification kernel, :meth:`row_table`) and ``pred_iv_start`` (its
-    first interval); the hull of its intervals is read from them (:meth:`hull`).
-    Columns per interval:
-    ``lo_bid``, ``lo_closed``, ``hi_bid``, ``hi_closed`` (bound id -1 is unbounded).
-    Conjuncts with ``like`` suffix/contains patterns, which rows cannot hold, are
-    residual in the registry.
+    predicate row, :attr:`rows` (:data:`ROW_DTYPE`): its tree (:attr:`pred_tree`), the
+    bound codes of its hull's ends (:func:`bound_codes`, :meth:`hull`) and, for a
+    predicate of several intervals (``in``, ``!=``, ``not in``: 13 % of BE-Gen's
+    predicates), the start of its *run* in :attr:`runs`: the interval count, then each
+    interval's low and high bound codes. A single interval is its hull and has no run.
+    16 bytes a row and 8 an interval of a run: at 1M BE-Gen subscriptions (5M rows, 7M
+    intervals) 106 MB, where rows with cached hull positions, interval starts and
+    intervals as two bound ids and two flags took 170 MB. Conjuncts with ``like``
+    suffix/contains patterns, which rows cannot hold, are residual in the registry.
     """
 
     def __init__(self, forest: Forest, registry: ConjunctRegistry) -> None:
@@ -116,15 +130,8 @@ class ConjunctStore:
         self.pred_count = GrowableArray(np.int32)
         self.tree_mask = GrowableArray(np.uint64)
         self.rows = GrowableArray(ROW_DTYPE)
-        self.pred_iv_start = GrowableArray(np.int32)
-        self.iv_lo_bid = GrowableArray(np.int32)
-        self.iv_lo_closed = GrowableArray(np.bool_)
-        self.iv_hi_bid = GrowableArray(np.int32)
-        self.iv_hi_closed = GrowableArray(np.bool_)
+        self.runs = GrowableArray(np.int32)
         self.dead_rows = 0
-        # The rows whose hull positions are those of the forest at this version.
-        self._hulls_done = 0
-        self._hulls_version = -1
 
     @property
     def pred_tree(self) -> np.ndarray:
@@ -132,11 +139,30 @@ class ConjunctStore:
         ``len(rows)``)."""
         return self.rows.data["tree"]
 
-    @property
-    def pred_iv_count(self) -> np.ndarray:
-        """The number of intervals of each predicate row (a view of :attr:`rows`, valid
-        below ``len(rows)``)."""
-        return self.rows.data["intervals"]
+    def interval_counts(self, pids: np.ndarray) -> np.ndarray:
+        """The number of intervals of each predicate row of ``pids`` (int64). O(len(pids)),
+        vectorised."""
+        run = self.rows.data["run"][pids].astype(np.int64)
+        counts = np.ones(len(pids), dtype=np.int64)
+        multi = run >= 0
+        counts[multi] = self.runs.data[run[multi]]
+        return counts
+
+    def intervals(self, pids: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every interval of the predicate rows ``pids``, in order: ``(owner, lo_bid,
+        lo_closed, hi_bid, hi_closed)``, ``owner`` the index in ``pids`` of each
+        interval's row (bound id -1: unbounded). O(len(pids) + intervals), vectorised."""
+        rows = self.rows.data[pids]
+        counts = self.interval_counts(pids)
+        owner = np.repeat(np.arange(len(pids)), counts)
+        lo, hi = rows["lo"][owner], rows["hi"][owner]  # a single interval is the hull
+        multi = np.flatnonzero(rows["run"] >= 0)
+        first = np.cumsum(counts) - counts
+        run_owner, at = expand_ranges(first[multi], counts[multi])
+        code = rows["run"][multi][run_owner] + 1 + 2 * (at - first[multi][run_owner])
+        lo[at], hi[at] = self.runs.data[code], self.runs.data[code + 1]
+        return owner, *decode_bounds(lo), *decode_bounds(hi)
 
     # -- insertion and removal ------------------------------------------------------
 
@@ -174,20 +200,28 @@ class ConjunctStore:
         rank = operator_ranks(iv_pred, iv_first, pred_niv, lo_bid, lo_closed, hi_bid,
                               hi_closed)
         order = np.lexsort((cover, rank, fraction, p_conj_column))
-        # Rows are written in access order: predicates, then their intervals.
+        # Rows are written in access order, and the runs of their intervals with them.
         _, iv_order = expand_ranges(iv_first[order], pred_niv[order])
-        iv_base = len(self.iv_lo_bid)
         pred_base = len(self.rows)
         ordered_niv = pred_niv[order]
-        rows = np.zeros(n_preds, dtype=ROW_DTYPE)  # hulls: at the next row_table()
-        rows["tree"], rows["intervals"] = pred_tree[order], ordered_niv
+        lo_code, hi_code = bound_codes(lo_bid, lo_closed), bound_codes(hi_bid, hi_closed)
+        rows = np.empty(n_preds, dtype=ROW_DTYPE)
+        rows["tree"] = pred_tree[order]
+        rows["lo"] = lo_code[iv_first[order]]
+        rows["hi"] = hi_code[iv_first[order] + ordered_niv - 1]
+        rows["run"] = -1
+        multi = np.flatnonzero(ordered_niv > 1)
+        run_length = 1 + 2 * ordered_niv[multi]
+        run_start = np.cumsum(run_length) - run_length
+        rows["run"][multi] = len(self.runs) + run_start
+        runs = np.empty(int(run_length.sum()), dtype=np.int32)
+        runs[run_start] = ordered_niv[multi]
+        run_owner, ivs = expand_ranges(iv_first[order][multi], ordered_niv[multi])
+        at = run_start[run_owner] + 1 + 2 * (ivs - iv_first[order][multi][run_owner])
+        runs[at], runs[at + 1] = lo_code[ivs], hi_code[ivs]
         self.rows.extend(rows)
-        del rows
-        self.pred_iv_start.extend(iv_base + np.cumsum(ordered_niv) - ordered_niv)
-        self.iv_lo_bid.extend(lo_bid[iv_order])
-        self.iv_lo_closed.extend(lo_closed[iv_order])
-        self.iv_hi_bid.extend(hi_bid[iv_order])
-        self.iv_hi_closed.extend(hi_closed[iv_order])
+        self.runs.extend(runs)
+        del rows, runs
         self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout)
         counts = np.bincount(p_conj_column, minlength=len(conjuncts))
         starts = pred_base + np.cumsum(counts) - counts
@@ -296,12 +330,10 @@ class ConjunctStore:
         if smaller), plus O(m) per tree that loses bounds, plus the forest's layout
         (O(spaces)) if spaces split or merged since it was last made."""
         _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
-        iv_pred, iids = expand_ranges(self.pred_iv_start.data[pids], self.pred_iv_count[pids])
+        iv_pred, lo_bid, lo_closed, hi_bid, hi_closed = self.intervals(pids)
         iv_tree = self.pred_tree[pids[iv_pred]].astype(np.int64)
-        lo_bid, hi_bid = self.iv_lo_bid.data[iids], self.iv_hi_bid.data[iids]
         base, sizes, layout = self.forest.space_layout()
-        lo, hi = self._positions(lo_bid, self.iv_lo_closed.data[iids], hi_bid,
-                                 self.iv_hi_closed.data[iids])
+        lo, hi = self._positions(lo_bid, lo_closed, hi_bid, hi_closed)
         hi = np.minimum(hi, sizes[iv_tree] - 1)
         self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout, -1)
         self.forest.release_bounds(np.concatenate([lo_bid, hi_bid]))
@@ -309,9 +341,7 @@ class ConjunctStore:
 
     @property
     def _columns(self) -> tuple[GrowableArray, ...]:
-        return (self.pred_start, self.pred_count, self.tree_mask, self.rows,
-                self.pred_iv_start, self.iv_lo_bid, self.iv_lo_closed, self.iv_hi_bid,
-                self.iv_hi_closed)
+        return (self.pred_start, self.pred_count, self.tree_mask, self.rows, self.runs)
 
     def compact(self) -> None:
         """Drop the rows of removed conjuncts. Called at each purge, which the registry
@@ -333,55 +363,40 @@ class ConjunctStore:
         ends = np.cumsum(self.pred_count.view()[cids], dtype=np.int64)
         cuts = np.searchsorted(ends, np.arange(ROW_BLOCK, int(ends[-1]) if len(ends) else 0,
                                                ROW_BLOCK), side="right")
-        pred_to = iv_to = 0
+        pred_to = run_to = 0
         for block in np.split(cids, cuts):
-            pred_to, iv_to = self._move_rows_left(block, pred_to, iv_to)
-        for column in (*self._predicate_columns, self.pred_iv_start):
-            column.truncate(pred_to)
-        for column in self._interval_columns:
-            column.truncate(iv_to)
+            pred_to, run_to = self._move_rows_left(block, pred_to, run_to)
+        self.rows.truncate(pred_to)
+        self.runs.truncate(run_to)
         self.dead_rows = 0
-        self._hulls_version = -1
         release_free_heap()
 
-    @property
-    def _predicate_columns(self) -> tuple[GrowableArray, ...]:
-        """The per-predicate-row columns a compaction moves as they are."""
-        return (self.rows,)
-
-    @property
-    def _interval_columns(self) -> tuple[GrowableArray, ...]:
-        return (self.iv_lo_bid, self.iv_lo_closed, self.iv_hi_bid, self.iv_hi_closed)
-
-    def _move_rows_left(self, cids: np.ndarray, pred_to: int, iv_to: int) -> tuple[int, int]:
+    def _move_rows_left(self, cids: np.ndarray, pred_to: int, run_to: int) -> tuple[int, int]:
         """Move the rows of ``cids`` (live, in the order of their rows, all after the
-        rows already moved) to predicate row ``pred_to`` and interval row ``iv_to`` on;
-        returns where the next block's rows go."""
+        rows already moved) to predicate row ``pred_to`` and their runs to ``run_to`` on
+        (runs are in the order of their rows, so they too only move left); returns where
+        the next block's rows and runs go."""
         counts = self.pred_count.view()[cids].astype(np.int64)
         _, pids = expand_ranges(self.pred_start.view()[cids], counts)
         self.pred_start.data[cids] = pred_to + np.cumsum(counts) - counts
-        iv_counts = self.pred_iv_count[pids].astype(np.int64)
-        _, iids = expand_ranges(self.pred_iv_start.view()[pids], iv_counts)
-        moved = slice(pred_to, pred_to + len(pids))
-        self.pred_iv_start.data[moved] = iv_to + np.cumsum(iv_counts) - iv_counts
-        for column in self._predicate_columns:
-            column.data[moved] = column.data[pids]
-        for column in self._interval_columns:
-            column.data[iv_to : iv_to + len(iids)] = column.data[iids]
-        return pred_to + len(pids), iv_to + len(iids)
+        rows = self.rows.data[pids]
+        multi = np.flatnonzero(rows["run"] >= 0)
+        run = rows["run"][multi].astype(np.int64)
+        run_length = 1 + 2 * self.runs.data[run].astype(np.int64)
+        _, codes = expand_ranges(run, run_length)
+        self.runs.data[run_to : run_to + len(codes)] = self.runs.data[codes]
+        rows["run"][multi] = run_to + np.cumsum(run_length) - run_length
+        self.rows.data[pred_to : pred_to + len(pids)] = rows
+        return pred_to + len(pids), run_to + len(codes)
 
     # -- queries ---------------------------------------------------------------------
 
     def hull(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The hull of the intervals of each predicate row of ``rows``: the first
         interval's low end and the last one's high end, as ``(lo_bid, lo_closed,
-        hi_bid, hi_closed)`` (bound id -1 is unbounded). O(len(rows)), gathers from the
-        interval columns: not stored apart, which cost 10 bytes a row (60 MiB at 1M
-        BE-Gen subscriptions, with the columns' spare capacity)."""
-        first = self.pred_iv_start.data[rows]
-        last = first + self.pred_iv_count[rows] - 1
-        return (self.iv_lo_bid.data[first], self.iv_lo_closed.data[first],
-                self.iv_hi_bid.data[last], self.iv_hi_closed.data[last])
+        hi_bid, hi_closed)`` (bound id -1 is unbounded). O(len(rows)), vectorised."""
+        table = self.rows.data[rows]
+        return *decode_bounds(table["lo"]), *decode_bounds(table["hi"])
 
     def predicate_row(self, cid: int, k: int) -> int:
         """Row of the conjunct's k-th predicate in access order."""
@@ -391,12 +406,11 @@ class ConjunctStore:
         """Space ids a predicate row covers, in position order. O(spaces covered)."""
         forest = self.forest
         tree = forest.trees[int(self.pred_tree[pid])]
-        first = int(self.pred_iv_start.data[pid])
+        _, *bounds = self.intervals(np.array([pid]))
         parts = []
-        for iid in range(first, first + int(self.pred_iv_count[pid])):
-            lo, hi = forest.covered_positions(
-                tree, int(self.iv_lo_bid.data[iid]), bool(self.iv_lo_closed.data[iid]),
-                int(self.iv_hi_bid.data[iid]), bool(self.iv_hi_closed.data[iid]))
+        for lo_bid, lo_closed, hi_bid, hi_closed in zip(*map(np.ndarray.tolist, bounds),
+                                                        strict=True):
+            lo, hi = forest.covered_positions(tree, lo_bid, lo_closed, hi_bid, hi_closed)
             parts.append(tree.space_ids[lo : hi + 1])
         return np.concatenate(parts)
 
@@ -410,24 +424,11 @@ class ConjunctStore:
         return lo, hi
 
     def row_table(self) -> np.ndarray:
-        """The ``[rows, 4]`` int32 table :func:`index.pstree.kernels.verify_candidates`
-        reads: :attr:`rows` as columns (no copy), per predicate row its tree, the first
-        and last space position of its hull and its number of intervals, side by side
-        so that one cache miss reads them.
-
-        The hull positions depend on the trees' bounds: computed in place (O(rows),
-        vectorised, :data:`ROW_BLOCK` rows at a time) for the rows added since the last
-        call, or for every row after spaces split or merge or rows are compacted.
-        """
+        """The ``[rows, 4]`` int32 table the compiled kernels read: :attr:`rows` as
+        columns, per predicate row its tree, its hull's bound codes and its run, side by
+        side so that one cache miss reads them. O(1), a view."""
         n = len(self.rows)
-        table = self.rows.data[:n].view(np.int32).reshape(n, 4)
-        done = self._hulls_done if self._hulls_version == self.forest.version else 0
-        for begin in range(done, n, ROW_BLOCK):
-            end = min(begin + ROW_BLOCK, n)
-            table[begin:end, ROW_LO], table[begin:end, ROW_HI] = self._positions(
-                *self.hull(np.arange(begin, end)))
-        self._hulls_done, self._hulls_version = n, self.forest.version
-        return table
+        return self.rows.data[:n].view(np.int32).reshape(n, 4)
 
     def verify(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -447,9 +448,7 @@ class ConjunctStore:
             events.astype(np.int64, copy=False), cids.astype(np.int64, copy=False),
             checked.astype(np.int32, copy=False), positions, self.registry.alive.data,
             self.tree_mask.data, self.pred_start.data, self.pred_count.data, rows,
-            self.pred_iv_start.data,
-            self.iv_lo_bid.data, self.iv_lo_closed.data, self.iv_hi_bid.data,
-            self.iv_hi_closed.data, self.forest.bound_rank)
+            self.runs.data, self.forest.bound_rank)
         return events[kept].astype(np.int64, copy=False), cids[kept].astype(np.int64, copy=False)
 
     # -- bookkeeping -------------------------------------------------------------------
@@ -468,20 +467,19 @@ class ConjunctStore:
             return residual
         assert self.registry.alive.data[cid], f"conjunct {cid} is not live"
         forest = self.forest
-        predicates = []
         start = int(self.pred_start.data[cid])
-        for pid in range(start, start + int(self.pred_count.data[cid])):
-            tree = forest.trees[int(self.pred_tree[pid])]
-            first = int(self.pred_iv_start.data[pid])
-            intervals = []
-            for iid in range(first, first + int(self.pred_iv_count[pid])):
-                lo_bid, hi_bid = int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])
-                intervals.append(Interval(
-                    None if lo_bid < 0 else tree.values[int(forest.bound_rank[lo_bid])],
-                    bool(self.iv_lo_closed.data[iid]),
-                    None if hi_bid < 0 else tree.values[int(forest.bound_rank[hi_bid])],
-                    bool(self.iv_hi_closed.data[iid])))
-            predicates.append(Predicate(tree.attribute, tree.kind, tuple(intervals)))
+        pids = np.arange(start, start + int(self.pred_count.data[cid]))
+        intervals: list[list[Interval]] = [[] for _ in pids]
+        owner, lo_bid, lo_closed, hi_bid, hi_closed = map(np.ndarray.tolist, self.intervals(pids))
+        for k, lo, lo_c, hi, hi_c in zip(owner, lo_bid, lo_closed, hi_bid, hi_closed,
+                                         strict=True):
+            values = forest.trees[int(self.pred_tree[pids[k]])].values
+            intervals[k].append(Interval(
+                None if lo < 0 else values[int(forest.bound_rank[lo])], lo_c,
+                None if hi < 0 else values[int(forest.bound_rank[hi])], hi_c))
+        predicates = [Predicate(forest.trees[int(self.pred_tree[pid])].attribute,
+                                forest.trees[int(self.pred_tree[pid])].kind, tuple(ivs))
+                      for pid, ivs in zip(pids.tolist(), intervals, strict=True)]
         return Conjunct(tuple(sorted(predicates, key=lambda p: p.attribute)))
 
     def check(self) -> None:
@@ -489,9 +487,10 @@ class ConjunctStore:
 
         Every live conjunct has predicates on distinct trees; every interval's bounds
         are live bounds of its predicate's tree and it covers at least one space;
-        a predicate's intervals are in order and disjoint and its hull spans them;
-        each space's predicate counter equals the number of intervals covering it; the
-        hull positions :meth:`row_table` kept for the forest's version are its own.
+        a predicate's intervals are in order and disjoint and its row's hull spans them;
+        a row has a run exactly when it has several intervals, and the runs of the live
+        rows are disjoint and in the order of their rows (what compaction relies on);
+        each space's predicate counter equals the number of intervals covering it.
         """
         forest = self.forest
         expected = np.zeros(forest.spaces.size, dtype=np.int64)
@@ -503,30 +502,36 @@ class ConjunctStore:
             assert self.tree_mask.data[cid] == tree_masks(np.zeros(count, np.int64), trees, 1)[0]
             if registry.residual.data[cid]:
                 assert any(p.patterns for p in self.conjunct(cid).predicates)
-            for pid in range(start, start + count):
-                tree = forest.trees[int(self.pred_tree[pid])]
-                first, n = int(self.pred_iv_start.data[pid]), int(self.pred_iv_count[pid])
-                spans = []
-                for iid in range(first, first + n):
-                    for bid in (int(self.iv_lo_bid.data[iid]), int(self.iv_hi_bid.data[iid])):
-                        assert bid < 0 or (forest.bound_tree[bid] == tree.tree_id
-                                           and tree.bound_ids[forest.bound_rank[bid]] == bid)
-                    spans.append(forest.covered_positions(
-                        tree, int(self.iv_lo_bid.data[iid]), bool(self.iv_lo_closed.data[iid]),
-                        int(self.iv_hi_bid.data[iid]), bool(self.iv_hi_closed.data[iid])))
-                assert all(lo <= hi for lo, hi in spans), f"predicate row {pid} is empty"
-                assert all(a[1] < b[0] for a, b in pairwise(spans)), "intervals overlap"
+            pids = np.arange(start, start + count)
+            owner, *bounds = self.intervals(pids)
+            spans: list[list[tuple[int, int]]] = [[] for _ in pids]
+            for k, lo_bid, lo_closed, hi_bid, hi_closed in zip(
+                    *map(np.ndarray.tolist, (owner, *bounds)), strict=True):
+                tree = forest.trees[int(trees[k])]
+                for bid in (lo_bid, hi_bid):
+                    assert bid < 0 or (forest.bound_tree[bid] == tree.tree_id
+                                       and tree.bound_ids[forest.bound_rank[bid]] == bid)
+                spans[k].append(forest.covered_positions(tree, lo_bid, lo_closed, hi_bid,
+                                                         hi_closed))
+            for k, pid in enumerate(pids.tolist()):
+                assert all(lo <= hi for lo, hi in spans[k]), f"predicate row {pid} is empty"
+                assert all(a[1] < b[0] for a, b in pairwise(spans[k])), "intervals overlap"
+                assert (self.rows.data["run"][pid] >= 0) == (len(spans[k]) > 1), "a run"
                 expected[self.covered_sids(pid)] += 1
+            last = np.cumsum(np.bincount(owner, minlength=count)) - 1
+            first = np.concatenate(([0], last[:-1] + 1))
+            ends = (bounds[0][first], bounds[1][first], bounds[2][last], bounds[3][last])
+            assert all(map(np.array_equal, ends, self.hull(pids))), "a hull"
         live = forest.spaces.alive[: forest.spaces.size]
         actual = forest.spaces.predicate_counter[: forest.spaces.size]
         assert (actual[live] == expected[live]).all(), "predicate counters disagree"
-        if self._hulls_version == forest.version:  # the kept hull positions are current
-            cids = np.flatnonzero(registry.alive.view())
-            _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
-            pids = pids[pids < self._hulls_done]
-            lo, hi = self._positions(*self.hull(pids))
-            rows = self.rows.data[pids]
-            assert (rows["lo"] == lo).all() and (rows["hi"] == hi).all(), "a stale hull"
+        cids = np.flatnonzero(registry.alive.view())
+        cids = cids[np.argsort(self.pred_start.data[cids], kind="stable")]
+        _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
+        run = self.rows.data["run"][pids].astype(np.int64)
+        run = run[run >= 0]
+        run_end = run + 1 + 2 * self.runs.data[run].astype(np.int64)
+        assert (run_end[:-1] <= run[1:]).all() and (run_end <= len(self.runs)).all(), "runs"
         assert len(self.pred_start) == len(self.pred_count) == len(registry)
 
 

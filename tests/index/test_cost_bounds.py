@@ -10,14 +10,12 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Callable
 
-import numpy as np
 import pytest
 
 from index import MATCHERS, make_matcher
 from index.language import parse_subscription
 from index.pstree import store as store_module
 from index.pstree.forest import PSTree
-from index.pstree.psthash import PSTHashMatcher
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
 WIDE = 3000
@@ -137,31 +135,6 @@ def test_a_wide_second_predicate_builds_in_linear_memory(name: str) -> None:
     matcher.check()
     assert matcher.match({"a": 5, "b": 7}) == {"5", "b7"}
     assert matcher.match({"a": 5, "b": 2000}) == {"b2000"}
-
-
-def test_the_row_table_is_computed_a_block_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The hull positions of the verification kernel's table of predicate rows (the
-    store's rows, 16 bytes each) are computed again at the first match after spaces
-    split: at 1M BE-Gen subscriptions the temporaries of computing them for every row at
-    once, a few int64 columns, peaked 190 MiB above the 76 MiB table. In place, a block
-    of rows at a time, the peak is one block's; the table is the same."""
-
-    def split_after_a_match() -> PSTHashMatcher:
-        matcher = PSTHashMatcher()
-        matcher.add_many((str(i), f"a = {i} and b < {i} and c > {i % 7}")
-                         for i in range(20_000))
-        matcher.store.row_table()
-        matcher.add_many([("split", "a = -1 and b < -1 and c > -1")])  # new spaces
-        return matcher
-
-    whole = split_after_a_match().store.row_table()
-    monkeypatch.setattr(store_module, "ROW_BLOCK", 1000)
-    matcher = split_after_a_match()
-    peak = _peak(matcher.store.row_table)
-    assert peak <= 0.25 * whole.nbytes, (peak, whole.nbytes)
-    assert np.array_equal(matcher.store.row_table(), whole)
-    matcher.check()
-    assert matcher.match({"a": 5, "b": 1, "c": 9}) == {"5"}
 
 
 @pytest.mark.parametrize("name", INDEXES)

@@ -48,7 +48,7 @@ def test_a_two_dimensional_column_is_checked_for_its_shape() -> None:
     ``[rows, 4]``: a flat ``positions`` or a row table of another width is refused."""
     i64, i32, flag = (np.zeros(1, dtype=t) for t in (np.int64, np.int32, bool))
     columns = [i64, i64, i32, np.zeros((1, 1), np.int32), flag, np.zeros(1, np.uint64), i32,
-               i32, np.zeros((1, 4), np.int32), i32, i32, flag, i32, flag, i32, i64.copy()]
+               i32, np.zeros((1, 4), np.int32), i32, i32, i64.copy()]
     assert _kernels.verify_candidates(*columns, 2**30) in (0, 1)
     flat = columns.copy()
     flat[3] = np.zeros(1, np.int32)

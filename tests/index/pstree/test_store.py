@@ -151,9 +151,10 @@ def test_trees_sharing_a_mask_bit_stay_exact() -> None:
 
 
 def test_verify_follows_rows_added_split_and_compacted() -> None:
-    """The row table's hull positions are kept per forest version: rows added without
-    new bounds get theirs, new bounds (spaces split, positions move) and a compaction
-    (rows move) recompute them all; verify stays exact through all three."""
+    """Rows keep bound codes, whose space positions the kernel reads from the forest's
+    bound ranks: verify stays exact when rows are added without new bounds, when new
+    bounds split spaces (positions move), and after a compaction (rows and the runs of
+    ``in`` and ``not in`` predicates move left)."""
     batch = [{"a": v, "b": w} for v in (0, 1, 2, 3, 4, 5, 6, 7) for w in (0, 1, 2)]
     stored = Stored(_conjuncts([f"a in ({v}, {v + 2}) and b <= {v % 3}" for v in range(4)]))
     _agrees(stored, batch, list(range(4)))
@@ -174,17 +175,25 @@ def test_verify_follows_rows_added_split_and_compacted() -> None:
     _agrees(stored, batch, [1, 3, 5, 7])
 
 
-def test_check_finds_a_stale_hull_position() -> None:
-    """The hull positions the row table keeps for the forest's version are part of the
-    store's invariants: a row's position off by one fails ``check``."""
+def test_check_finds_a_hull_that_is_not_its_runs() -> None:
+    """A row of several intervals keeps its hull in the row (what the kernel tests
+    first) and its intervals in a run: a hull that disagrees with the run fails
+    ``check``, and so does a run of one interval."""
     stored = Stored(_conjuncts(["a in (1, 3) and b <= 2", "a = 2"]))
-    _agrees(stored, [{"a": 3, "b": 1}], [0, 1])  # the positions are computed
-    stored.add(_conjuncts(["a = 3"]))  # no new bound: they stay current
-    stored.store.row_table()
-    stored.store.check()
-    stored.store.rows.data["hi"][0] += 1
-    with pytest.raises(AssertionError, match="a stale hull"):
-        stored.store.check()
+    store = stored.store
+    store.check()
+    multi = int(np.flatnonzero(store.rows.view()["run"] >= 0)[0])
+    assert store.interval_counts(np.array([multi])).tolist() == [2]
+    store.rows.data["hi"][multi] = store.rows.data["lo"][multi]
+    with pytest.raises(AssertionError, match="a hull"):
+        store.check()
+    stored = Stored(_conjuncts(["a in (1, 3) and b <= 2", "a = 2"]))
+    store = stored.store
+    single = int(np.flatnonzero(store.rows.view()["run"] < 0)[0])
+    row = store.rows.data[single]
+    store.rows.data["run"][single] = store.runs.extend(np.array([1, row["lo"], row["hi"]]))
+    with pytest.raises(AssertionError, match="a run"):
+        store.check()
 
 
 def test_no_candidates() -> None:
@@ -222,11 +231,10 @@ def test_operator_ranks_of_the_rows_equal_the_predicates_own(texts: list[str]) -
     if not conjuncts:
         return
     store = Stored(conjuncts).store
-    niv = store.pred_iv_count[: len(store.rows)].astype(np.int64)
-    iv_first = store.pred_iv_start.view().astype(np.int64)
-    ranks = operator_ranks(np.repeat(np.arange(len(niv)), niv), iv_first, niv,
-                           store.iv_lo_bid.view(), store.iv_lo_closed.view(),
-                           store.iv_hi_bid.view(), store.iv_hi_closed.view())
+    rows = np.arange(len(store.rows))
+    niv = store.interval_counts(rows)
+    ranks = operator_ranks(*store.intervals(rows)[:1], np.cumsum(niv) - niv, niv,
+                           *store.intervals(rows)[1:])
     forest = store.forest
     for cid in range(len(conjuncts)):
         start = int(store.pred_start.data[cid])
