@@ -118,7 +118,7 @@ class ConjunctStore:
     predicates), the start of its *run* in :attr:`runs`: the interval count, then each
     interval's low and high bound codes. A single interval is its hull and has no run.
     16 bytes a row and 8 an interval of a run: at 1M BE-Gen subscriptions (5M rows, 7M
-    intervals) 106 MB, where rows with cached hull positions, interval starts and
+    intervals) 104 MB, where rows with cached hull positions, interval starts and
     intervals as two bound ids and two flags took 170 MB. Conjuncts with ``like``
     suffix/contains patterns, which rows cannot hold, are residual in the registry.
     """
