@@ -42,13 +42,15 @@ from index.events import FlatEvent
 from index.language import Conjunct, Subscription
 from index.matcher import Matcher, MatcherStats
 
-WORK_BUDGET = 1 << 20
-"""Work (candidate pairs, hits, counter cells) one chunk should do: 8 MiB per column. A
-chunk's columns, not the batch, set what matching allocates: for 2,000 BE-Gen events on
-1M subscriptions, the most allocated at once (``tracemalloc``) was 94 MiB for PSTBloom
-and 69 MiB for PSTHash at this budget, 361 and 190 MiB at four times it, for the same
-CPU time within this machine's noise (3.4-3.7 against 3.6-3.7 s, 1.1-1.3 against
-1.4-1.5 s), measured on 2026-11-27 (docs/bench-streaming.md)."""
+WORK_BUDGET = 1 << 18
+"""Work (candidate pairs, hits, counter cells) one chunk should do: 2 MiB per column. A
+chunk's columns, not the batch, set what matching allocates. For 5,000 BE-Gen events on
+1M subscriptions in batches of 1,000 (2026-11-30, the compiled loops; the most allocated
+at once by ``tracemalloc``, and CPU, two rounds): PSTBloom 22 MiB at this budget, 38 at
+twice it, 73 at four times (6.0-6.1, 6.1-6.2 and 6.1-6.5 s); PSTHash 22, 29 and 54 MiB
+(3.5-3.7, 3.5 and 3.4-3.5 s). A smaller budget costs a few numpy calls more per event,
+within this machine's noise; at 1M it took about 50 MiB off a PSTBloom worker's peak
+(docs/bench-streaming.md, stop 41)."""
 CELL_BUDGET = 1 << 22
 """Most cells of a chunk's dense per-event tables (16 MiB of int32)."""
 FIRST_CHUNK = 16
