@@ -925,33 +925,42 @@ copy_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-static const Spec pairs_specs[] = {
-    {"left_data", UNSIGNED, 1, 0, 1}, {"left_lo", SIGNED, 8, 0, 1},
-    {"left_hi", SIGNED, 8, 0, 1}, {"right_offsets", SIGNED, 8, 0, 1},
-    {"right_data", UNSIGNED, 1, 0, 1}, {"right_rows", SIGNED, 8, 0, 1},
-    {"out_offsets", SIGNED, 8, 0, 1}, {"out", UNSIGNED, 1, 1, 1},
+static const Spec notification_specs[] = {
+    {"prefix", UNSIGNED, 1, 0, 1}, {"head_data", UNSIGNED, 1, 0, 1},
+    {"head_lo", SIGNED, 8, 0, 1}, {"head_hi", SIGNED, 8, 0, 1},
+    {"tail_offsets", SIGNED, 8, 0, 1}, {"tail_data", UNSIGNED, 1, 0, 1},
+    {"tail_rows", SIGNED, 8, 0, 1}, {"out_offsets", SIGNED, 8, 0, 1},
+    {"out", UNSIGNED, 1, 1, 1},
 };
 
+/* out[out_offsets[i]:] = prefix, head_data[head_lo[i]:head_hi[i]] and row tail_rows[i] of
+ * the tails' CSR column, for every i. */
 static PyObject *
-copy_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+join_notifications(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    Py_buffer v[COUNT(pairs_specs)];
-    if (!check_nargs("copy_pairs", nargs, 8) || !ACQUIRE("copy_pairs", args, pairs_specs, v))
+    Py_buffer v[COUNT(notification_specs)];
+    if (!check_nargs("join_notifications", nargs, COUNT(notification_specs))
+        || !ACQUIRE("join_notifications", args, notification_specs, v))
         return NULL;
-    const uint8_t *left_data = U8(v[0]), *right_data = U8(v[4]);
-    const int64_t *left_lo = I64(v[1]), *left_hi = I64(v[2]), *right_offsets = I64(v[3]);
-    const int64_t *right_rows = I64(v[5]), *out_offsets = I64(v[6]);
-    uint8_t *out = U8(v[7]);
-    Py_ssize_t n = LEN(v[1]);
+    const uint8_t *prefix = U8(v[0]), *head_data = U8(v[1]), *tail_data = U8(v[5]);
+    const int64_t *head_lo = I64(v[2]), *head_hi = I64(v[3]), *tail_offsets = I64(v[4]);
+    const int64_t *tail_rows = I64(v[6]), *out_offsets = I64(v[7]);
+    uint8_t *out = U8(v[8]);
+    Py_ssize_t n = LEN(v[2]), prefix_length = LEN(v[0]);
+    if (LEN(v[3]) != n || LEN(v[6]) != n || LEN(v[7]) < n)
+        return refuse(v, COUNT(notification_specs), "join_notifications(): head_lo, head_hi "
+                      "and tail_rows differ in length, or out_offsets is shorter");
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t at = out_offsets[i], left = left_hi[i] - left_lo[i], row = right_rows[i];
-        memcpy(out + at, left_data + left_lo[i], left);
-        memcpy(out + at + left, right_data + right_offsets[row],
-               right_offsets[row + 1] - right_offsets[row]);
+        uint8_t *at = out + out_offsets[i];
+        int64_t head = head_hi[i] - head_lo[i], row = tail_rows[i];
+        memcpy(at, prefix, prefix_length);
+        memcpy(at + prefix_length, head_data + head_lo[i], head);
+        memcpy(at + prefix_length + head, tail_data + tail_offsets[row],
+               tail_offsets[row + 1] - tail_offsets[row]);
     }
     Py_END_ALLOW_THREADS
-    release(v, COUNT(pairs_specs));
+    release(v, COUNT(notification_specs));
     Py_RETURN_NONE;
 }
 
@@ -1096,7 +1105,7 @@ static PyMethodDef kernel_methods[] = {
     KERNEL(expand_ranges, "See index.core.columns.expand_ranges."),
     KERNEL(set_bits, "See index.core.columns.set_bits."),
     KERNEL(copy_ranges, "See index.core.slot_bytes.copy_ranges."),
-    KERNEL(copy_pairs, "See streaming.heads."),
+    KERNEL(join_notifications, "See streaming.heads."),
     KERNEL(hash_ranges, "See index.core.slot_ids."),
     KERNEL(find_slots, "See index.core.slot_ids."),
     KERNEL(insert_slots, "See index.core.slot_ids."),

@@ -4,7 +4,8 @@ with no Python object per match: each match's head and event tail by one compile
 of byte ranges.
 
 Owns that store, :class:`NotificationHeads`, and the assembly of notification values from
-it (:meth:`NotificationHeads.join`). The head is :func:`streaming.records.notification_head`;
+it (:meth:`NotificationHeads.join`). The head is :func:`streaming.records.notification_head`,
+kept without :data:`streaming.records.NOTIFICATION_PREFIX`, which every value starts with;
 :mod:`streaming.worker` writes it when it indexes a subscription and reads it back here
 for its matches. A notification's key, the subscription id, comes from the matcher's id
 map (:meth:`index.matcher.Matcher.ids_utf8`), which holds the same bytes already.
@@ -22,6 +23,7 @@ import pyarrow as pa
 
 from index import _kernels
 from index.core.slot_bytes import SlotBytes, joined
+from streaming.records import NOTIFICATION_PREFIX
 
 MAX_VALUE_BYTES = (1 << 31) - 1
 """The most bytes of values one column of :meth:`NotificationHeads.join` holds (Arrow's
@@ -51,9 +53,11 @@ class NotificationHeads:
         self._heads.clear_many(slots)
 
     def get(self, slot: int) -> bytes | None:
-        """The head at ``slot``, None if it holds none. Cost O(1) once the single writes
-        are appended, O(their bytes) at the first read after them."""
-        return self._heads.get(slot)
+        """The head at ``slot`` after :data:`streaming.records.NOTIFICATION_PREFIX`, None
+        if it holds none. Cost O(its bytes), and the single writes' at the first read
+        after them."""
+        head = self._heads.get(slot)
+        return None if head is None else NOTIFICATION_PREFIX + head
 
     def check(self) -> None:
         """Assert the store's invariants (:meth:`index.core.slot_bytes.SlotBytes.check`).
@@ -62,9 +66,10 @@ class NotificationHeads:
 
     def join(self, slots: np.ndarray, tails: list[bytes], events: np.ndarray
              ) -> list[pa.BinaryArray]:  # fmt: skip
-        """The notification value of each match ``i``: the head at ``slots[i]`` followed
-        by ``tails[events[i]]``, in order, as ``binary`` columns of at most
-        :data:`MAX_VALUE_BYTES` each (one but for enormous batches).
+        """The notification value of each match ``i``: the prefix and the head at
+        ``slots[i]`` (:meth:`get`) followed by ``tails[events[i]]``, in order, as
+        ``binary`` columns of at most :data:`MAX_VALUE_BYTES` each (one but for enormous
+        batches).
 
         Cost O(matches) in numpy for the offsets, then each value's bytes copied once by
         a compiled loop: no column of the matches' heads or tails is built first (at 1M
@@ -73,7 +78,7 @@ class NotificationHeads:
         head_lo, head_hi = self._heads.ranges(slots)
         tail_data, tail_offsets = joined(tails)
         tail_lengths = np.diff(tail_offsets)
-        lengths = head_hi - head_lo + tail_lengths[events]
+        lengths = len(NOTIFICATION_PREFIX) + head_hi - head_lo + tail_lengths[events]
         ends = np.cumsum(lengths)
         columns = []
         start = 0
@@ -84,8 +89,10 @@ class NotificationHeads:
             offsets = np.zeros(stop - start + 1, dtype=np.int64)
             offsets[1:] = ends[start:stop] - base
             out = np.empty(int(offsets[-1]), dtype=np.uint8)
-            _copy_pairs(self._heads.buffer, head_lo[start:stop], head_hi[start:stop],
-                        tail_offsets, tail_data, events[start:stop], offsets, out)  # fmt: skip
+            _kernels.join_notifications(
+                np.frombuffer(NOTIFICATION_PREFIX, dtype=np.uint8), self._heads.buffer,
+                head_lo[start:stop], head_hi[start:stop], tail_offsets, tail_data,
+                events[start:stop], offsets, out)  # fmt: skip
             columns.append(binary_column(offsets, out))
             start = stop
         return columns
@@ -97,12 +104,3 @@ def binary_column(offsets: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
     return pa.Array.from_buffers(pa.binary(), len(offsets) - 1,
                                  [None, pa.py_buffer(offsets.astype(np.int32)),
                                   pa.py_buffer(data)])  # fmt: skip
-
-
-def _copy_pairs(left_data: np.ndarray, left_lo: np.ndarray, left_hi: np.ndarray,
-                right_offsets: np.ndarray, right_data: np.ndarray, right_rows: np.ndarray,
-                out_offsets: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
-    """``out[out_offsets[i]:out_offsets[i + 1]]`` = ``left_data[left_lo[i]:left_hi[i]]``,
-    then value ``right_rows[i]`` of the right column, for every ``i``."""
-    _kernels.copy_pairs(left_data, left_lo, left_hi, right_offsets, right_data, right_rows,
-                        out_offsets, out)  # fmt: skip

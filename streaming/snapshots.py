@@ -8,7 +8,7 @@ shard count, see :mod:`streaming.shards`), in a directory every executor reaches
 
     <dir>/<sha256(prefix)[:16]>-<matcher>-<shard>of<shards>.snapshot
 
-    {"format": "psmatch-index-snapshot", "format_version": 4, "index_code": <sha256 of
+    {"format": "psmatch-index-snapshot", "format_version": 5, "index_code": <sha256 of
      the index package's source>, "prefix_sha256": <sha256 of the Redis key prefix>,
      "matcher": ..., "shard": i, "shards": n,
      "version": <state version>, "last_change": <sha256 of the change at that version>,
@@ -59,7 +59,7 @@ from streaming.heads import NotificationHeads
 from streaming.shards import WHOLE, Shard
 
 FORMAT = "psmatch-index-snapshot"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 MAX_HEADER_BYTES = 4096
 """The header line's length, newline included (padded with spaces)."""
 CHUNK_BYTES = 8 << 20

@@ -41,15 +41,15 @@ def test_join_puts_each_matchs_head_before_its_events_tail() -> None:
 
 def test_join_splits_values_past_the_binary_columns_limit(monkeypatch: pytest.MonkeyPatch,
                                                            ) -> None:  # fmt: skip
-    monkeypatch.setattr(heads_module, "MAX_VALUE_BYTES", 25)
+    monkeypatch.setattr(heads_module, "MAX_VALUE_BYTES", 65)
     heads = NotificationHeads()
     for slot in range(4):
-        heads.put(slot, b"head-%d|" % slot)  # 7 bytes
+        heads.put(slot, b"head-%d|" % slot)  # 26 bytes with the prefix
     tails = [b"tail", b"longer tail"]  # 4 and 11 bytes
     slots, events = [0, 1, 2, 3, 0, 1, 2, 3], [0, 0, 0, 0, 1, 1, 1, 1]
     columns = heads.join(np.array(slots), tails, np.array(events))
-    assert [len(c) for c in columns] == [2, 2, 1, 1, 1, 1]
-    assert all(sum(map(len, c.to_pylist())) <= 25 for c in columns)
+    assert [len(c) for c in columns] == [2, 2, 1, 1, 1, 1]  # values of 30 and 37 bytes
+    assert all(sum(map(len, c.to_pylist())) <= 65 for c in columns)
     joined = [v for c in columns for v in c.to_pylist()]
     assert joined == expected_values(heads, slots, tails, events)
 

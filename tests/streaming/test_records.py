@@ -33,6 +33,7 @@ from streaming.records import (
     nesting_depth,
     notification_head,
     notification_tail,
+    notification_value,
     parse_event,
     parse_notification,
     parse_rejected,
@@ -436,9 +437,9 @@ def test_notification_records_are_assembled_a_chunk_at_a_time_as_they_are_taken(
 def test_the_notification_encoder_is_one_head_per_subscription_and_one_tail_per_event() -> None:
     change = parse_subscription_record(b"s\n1", subscription_value("a = 1", 'q"', {"k": "\x01"}))
     assert change.record is not None
-    value = notification_head("s\n1", change.record) + notification_tail(
+    value = notification_value(notification_head("s\n1", change.record), notification_tail(
         "e\t", b'{"a": 1}', "2026-01-01T00:00:00.000Z", None
-    )
+    ))
     assert json.loads(value) == {
         "subscription_id": "s\n1", "subscriber": 'q"', "extra": {"k": "\x01"},
         "event_id": "e\t", "event": {"a": 1}, "matched_at": "2026-01-01T00:00:00.000Z",

@@ -25,6 +25,7 @@ from streaming.records import (
     nesting_depth,
     notification_head,
     notification_tail,
+    notification_value,
     parse_event,
     parse_notification,
     parse_rejected,
@@ -221,9 +222,9 @@ def test_a_notification_decodes_to_its_subscription_and_event(
     assert change.stored is not None
     record = load_stored(change.stored)  # as a worker gets it from Redis
     event_json = json.dumps(event).encode()
-    value = notification_head(sub_id, record) + notification_tail(
+    value = notification_value(notification_head(sub_id, record), notification_tail(
         ev_id, event_json, "2026-01-01T00:00:00.000Z", timestamp
-    )
+    ))
     assert json.loads(value) == {
         "subscription_id": sub_id, "subscriber": subscriber, "extra": extra,
         "event_id": ev_id, "event": event, "matched_at": "2026-01-01T00:00:00.000Z",
