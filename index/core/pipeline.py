@@ -49,8 +49,8 @@ chunk's columns, not the batch, set what matching allocates. For 5,000 BE-Gen ev
 at once by ``tracemalloc``, and CPU, two rounds): PSTBloom 22 MiB at this budget, 38 at
 twice it, 73 at four times (6.0-6.1, 6.1-6.2 and 6.1-6.5 s); PSTHash 22, 29 and 54 MiB
 (3.5-3.7, 3.5 and 3.4-3.5 s). A smaller budget costs a few numpy calls more per event,
-within this machine's noise; at 1M it took about 50 MiB off a PSTBloom worker's peak
-(docs/bench-streaming.md, stop 41)."""
+within this machine's noise. In a worker's matching at 1M PSTBloom subscriptions it took
+about 45 MiB off the peak (docs/bench-streaming.md, stop 41)."""
 CELL_BUDGET = 1 << 22
 """Most cells of a chunk's dense per-event tables (16 MiB of int32)."""
 FIRST_CHUNK = 16
