@@ -117,16 +117,20 @@ cost of a parse or less (:func:`index.normal_form.load_normal_form`), and a dele
 less still. A fresh worker's PSTHash index of 100,000 BE-Gen subscriptions took 5.4-5.8 s
 of CPU from the log against 9.2-9.7 s from ``subs`` (docs/bench-streaming.md, stop 35)."""
 
-LOAD_CHUNK = 25_000
+LOAD_CHUNK = 10_000
 """Subscriptions per bulk insert of a reload, and changes per group of a catch-up. A
 group's changes (their stored texts and normal forms) and a bulk build's new columns are
 held beside the index; in groups that is one group's (1M BE-Gen PSTHash built in one
-call: peak 1,480 MiB; in chunks of 100,000: 1,351 MiB). Groups of 25,000 rather than
-100,000 lowered a 1M PSTHash process's peak from 994 to 936 MiB while building and from
-1,040 to 993 MiB while 200,000 of them were replaced, for the same CPU; a PSTBloom
-build, which signs its conjuncts once at the next match rather than after each
-``add_many``, took 126 s of CPU against 134 s in chunks of 100,000 (scratch runs of stop
-36, docs/bench-streaming.md)."""
+call: peak 1,480 MiB; in chunks of 100,000: 1,351 MiB). Their objects, freed after each
+group, also leave holes in the heap that the index's later allocations only partly
+fill. A process replaying a 1M BE-Gen change log into PSTBloom (stop 41, scratch
+``peak1m.py``: its catch-up peak, its size trimmed after it, its peak matching 10,000
+events, the replay's wall time): groups of 25,000 490, 445 and 529-535 MiB in 23.8 s;
+10,000 443, 412 and 500-501 MiB in 23.4 s; 5,000 415, 398 and 493-495 MiB in 25.2 s.
+Groups of 25,000 rather than 100,000 had lowered a 1M PSTHash process's peak from 994 to
+936 MiB (stop 36, docs/bench-streaming.md)."""
+PROGRESS_SECONDS = 5.0
+"""A long catch-up logs its progress at most this often, and once at its end."""
 
 
 @dataclass(slots=True)
@@ -593,10 +597,12 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     holds one such group of changes, and in between the index is whole at its version.
     False (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError`
     if the log no longer reaches back to the index's version (the index stays whole at
-    its version). A catch-up of more than one group logs its progress after each (at 1M
-    subscriptions a group takes about 1.5 s)."""
+    its version). A catch-up of more than one group logs its progress after a group once
+    :data:`PROGRESS_SECONDS` passed since the last line, and after the last group (at 1M
+    subscriptions a group takes about 0.25 s)."""
     pending: list[Change] = []
     start = index.version
+    logged = time.monotonic()
     with gc_paused():  # the changes read and decoded: see index.core.heap
         for chunk in store.change_chunks(start, upto):
             pending += chunk
@@ -611,7 +617,9 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
                     return False
                 index.version = group[-1].version
                 index.replayed += len(group)
-                if upto - start > LOAD_CHUNK:
+                if upto - start > LOAD_CHUNK and (
+                        index.version == upto or time.monotonic() - logged >= PROGRESS_SECONDS):
+                    logged = time.monotonic()
                     log.info("%s: replayed %d of the %d changes after version %d (now at %d)",
                              index.shard, index.version - start, upto - start, start,
                              index.version)  # fmt: skip

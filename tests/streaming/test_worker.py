@@ -161,10 +161,11 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
 ) -> None:
     """The change log keeps a whole micro-batch past the retention (100 here): the worker
     replays its 150 changes, read 7 at a time and applied 20 at a time, instead of
-    reading every subscription again."""
+    reading every subscription again, and logs its progress (here after every group)."""
     settings, store = state
     monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
     monkeypatch.setattr(worker, "LOAD_CHUNK", 20)
+    monkeypatch.setattr(worker, "PROGRESS_SECONDS", 0.0)
     exprs = {f"s{i}": f"a >= {i % 5}" for i in range(30)}
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
     index = worker.sync_index(settings, 30)
@@ -182,6 +183,14 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     assert progress[0] == ("shard 0 of 1: replayed 20 of the 150 changes after version 30 "
                            "(now at 50)")  # fmt: skip
     assert progress[-1].endswith("replayed 150 of the 150 changes after version 30 (now at 180)")
+    monkeypatch.setattr(worker, "PROGRESS_SECONDS", 3600.0)  # a shorter catch-up: its end only
+    caplog.clear()
+    more = {180 + i: (f"s{i}", f"a = {i}") for i in range(50)}
+    store.apply([put(offset, sid, e) for offset, (sid, e) in more.items()])
+    exprs |= dict(more.values())
+    assert worker.sync_index(settings, 230) is index
+    assert [r.getMessage() for r in caplog.records if "replayed" in r.getMessage()] == [
+        "shard 0 of 1: replayed 50 of the 50 changes after version 180 (now at 230)"]
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
