@@ -142,8 +142,12 @@ class ConjunctStore:
     def interval_counts(self, pids: np.ndarray) -> np.ndarray:
         """The number of intervals of each predicate row of ``pids`` (int64). O(len(pids)),
         vectorised."""
-        run = self.rows.data["run"][pids].astype(np.int64)
-        counts = np.ones(len(pids), dtype=np.int64)
+        return self._counts_of_runs(self.rows.data["run"][pids])
+
+    def _counts_of_runs(self, run: np.ndarray) -> np.ndarray:
+        """The number of intervals of rows whose run fields are ``run`` (-1: one)."""
+        run = run.astype(np.int64)
+        counts = np.ones(len(run), dtype=np.int64)
         multi = run >= 0
         counts[multi] = self.runs.data[run[multi]]
         return counts
@@ -154,7 +158,7 @@ class ConjunctStore:
         lo_closed, hi_bid, hi_closed)``, ``owner`` the index in ``pids`` of each
         interval's row (bound id -1: unbounded). O(len(pids) + intervals), vectorised."""
         rows = self.rows.data[pids]
-        counts = self.interval_counts(pids)
+        counts = self._counts_of_runs(rows["run"])
         owner = np.repeat(np.arange(len(pids)), counts)
         lo, hi = rows["lo"][owner], rows["hi"][owner]  # a single interval is the hull
         multi = np.flatnonzero(rows["run"] >= 0)
