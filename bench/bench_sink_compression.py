@@ -56,7 +56,7 @@ def notification_records(events: list[bytes], per_event: int) -> list[tuple[byte
         tail = notification_tail(f"ev-{n}", event, "2026-11-27T06:40:00.000Z", 1764225600000)
         for _ in range(per_event):
             i = rng.randrange(len(heads))
-            records.append((f"s{i}".encode(), notification_value(heads[i], tail)))
+            records.append((f"s{i}".encode(), notification_value(f"s{i}", heads[i], tail)))
     return records
 
 

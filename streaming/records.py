@@ -16,7 +16,7 @@ encoder and one decoder for each (pure logic, no I/O).
 * ``psmatch.notifications`` — key = subscription id; value = JSON
   ``{"subscription_id", "subscriber", "extra", "event_id", "event", "matched_at",
   "event_timestamp"}``. Encoder :func:`notification_value`: :data:`NOTIFICATION_PREFIX`,
-  :func:`notification_head` (per subscription, computed once) and
+  the id, :func:`notification_head` (per subscription, computed once) and
   :func:`notification_tail` (per event); decoder :func:`parse_notification`.
 * ``psmatch.rejected`` — key = the original key (at most its first
   :data:`REJECT_PREFIX_BYTES`); value = JSON ``{"code", "reason", "topic", "partition",
@@ -458,7 +458,7 @@ def load_stored(text: str, normal_form: str | None = None) -> SubscriptionRecord
         raise RecordError("invalid_record", f"invalid normal form: {exc}") from None
 
 
-def load_stored_head(sub_id: str, text: str) -> tuple[str, bytes]:
+def load_stored_head(sub_id: str, text: str) -> tuple[str, str]:
     """The expression and the notification head (:func:`notification_head`) of the
     stored subscription ``text`` of ``sub_id``, without its expression parsed or its
     normal form read: what a worker that reads many normal forms into columns at once
@@ -550,34 +550,52 @@ def _dumps(obj: Any) -> str:
 
 
 NOTIFICATION_PREFIX = b'{"subscription_id":'
-"""How every notification value starts, before its subscription's head
-(:func:`notification_value`): the same for all, so a worker keeps it once, not in each
-head (19 bytes of the 61 of a BE-Gen benchmark subscription's)."""
+"""How every notification value starts, before its subscription's id
+(:func:`notification_value`)."""
+SUBSCRIBER_KEY = ',"subscriber":'
+"""How a head that names its subscriber starts (:func:`notification_head`)."""
 
 
-def notification_value(head: bytes, tail: bytes) -> bytes:
-    """A notification's value: :data:`NOTIFICATION_PREFIX`, the subscription's head
-    (:func:`notification_head`) and the event's tail (:func:`notification_tail`). A
-    worker assembles many at once (:meth:`streaming.heads.NotificationHeads.join`)."""
-    return b"".join((NOTIFICATION_PREFIX, head, tail))
+def notification_value(sub_id: str, head: str, tail: bytes) -> bytes:
+    """A notification's value: :data:`NOTIFICATION_PREFIX`, the subscription's id as a
+    JSON string, its head (:func:`notification_head`; one that does not name its
+    subscriber, :data:`SUBSCRIBER_KEY` and the id again before it) and the event's tail
+    (:func:`notification_tail`). A worker assembles many at once
+    (:meth:`streaming.heads.NotificationHeads.join`)."""
+    sub_id_json = _encode_string(sub_id)
+    subscriber = "" if head.startswith(SUBSCRIBER_KEY) else SUBSCRIBER_KEY + sub_id_json
+    return b"".join((NOTIFICATION_PREFIX, (sub_id_json + subscriber + head).encode(), tail))
 
 
-def notification_head(sub_id: str, record: SubscriptionRecord) -> bytes:
-    """The subscription's part of its notifications, computed once per subscription:
-    ``...,"subscriber":...,"extra":...,`` after :data:`NOTIFICATION_PREFIX` (its id
-    first, completed by :func:`notification_tail`), ``extra`` written as it is stored
-    (:func:`dumps_record`).
+def check_notification_key(sub_id: str) -> None:
+    """Raise :class:`RecordError` unless ``sub_id`` can key a notification: valid
+    Unicode (no lone surrogate), as every id the driver validated is. A worker checks
+    the ids it loads, since a hand-edited Redis may hold any."""
+    try:
+        sub_id.encode()
+    except UnicodeEncodeError:
+        raise RecordError("invalid_unicode", f"the subscription id {sub_id!r} is not valid "
+                          "Unicode: it cannot key a notification") from None  # fmt: skip
 
-    Cost O(size of the record): the strings by the C encoder, ``extra`` by
+
+def notification_head(sub_id: str, record: SubscriptionRecord) -> str:
+    """The subscription's part of its notifications after its id, computed once per
+    subscription: ``,"subscriber":...,"extra":...,`` (``extra`` written as it is stored,
+    :func:`dumps_record`), and only ``,"extra":...,`` when the subscriber is the id (the
+    default: :func:`notification_value` writes it then). It holds nothing of the id, so
+    that the subscriptions of one subscriber, or of none named, with the same extra
+    fields share it (:mod:`streaming.heads`).
+
+    Cost O(size of the record): the string by the C encoder, ``extra`` by
     :func:`_dumps_extra` (about 4 µs per BE-Gen subscription, where three ``json.dumps``
     took about 8-12 µs: a worker computes one per subscription it loads).
     """
     return _head(sub_id, record.subscriber, record.extra)
 
 
-def _head(sub_id: str, subscriber: str, extra: Mapping[str, Any]) -> bytes:
-    return (f'{_encode_string(sub_id)},"subscriber":{_encode_string(subscriber)},'
-            f'"extra":{_dumps_extra(dict(extra))},').encode()  # fmt: skip
+def _head(sub_id: str, subscriber: str, extra: Mapping[str, Any]) -> str:
+    named = "" if subscriber == sub_id else SUBSCRIBER_KEY + _encode_string(subscriber)
+    return f'{named},"extra":{_dumps_extra(dict(extra))},'
 
 
 def notification_tail(

@@ -1,4 +1,5 @@
-"""The subscription ids of a matcher by slot, and the slot of each id, in numpy columns.
+"""The subscription ids of a matcher by slot, and the slot of each id, in numpy columns
+(also how a worker keeps each distinct notification head once: :mod:`streaming.heads`).
 
 Owns :class:`SlotIds`: the ids' UTF-8 in a :class:`index.core.slot_bytes.SlotBytes`, a
 64-bit FNV-1a hash per slot, and an open-addressing hash table of slots (linear
@@ -100,6 +101,17 @@ class SlotIds:
         bytes), one compiled copy. The bytes are UTF-8 but for lone surrogates (kept as
         ``surrogatepass`` writes them), which no id decoded from UTF-8 holds."""
         return self._bytes.gather(slots)
+
+    def ranges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the bytes of the id at each of ``slots`` (each must hold one) lie in
+        :attr:`buffer`: int64 ``(lo, hi)``, for a compiled reader that copies them
+        itself. Cost O(len(slots)), vectorised."""
+        return self._bytes.ranges(slots)
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The bytes of every id held (:meth:`ranges` says where each lies)."""
+        return self._bytes.buffer
 
     def ids_at(self, slots: np.ndarray) -> list[str]:
         """The id at each of ``slots`` (each must hold one). Cost O(len(slots) + their

@@ -437,7 +437,7 @@ def test_notification_records_are_assembled_a_chunk_at_a_time_as_they_are_taken(
 def test_the_notification_encoder_is_one_head_per_subscription_and_one_tail_per_event() -> None:
     change = parse_subscription_record(b"s\n1", subscription_value("a = 1", 'q"', {"k": "\x01"}))
     assert change.record is not None
-    value = notification_value(notification_head("s\n1", change.record), notification_tail(
+    value = notification_value("s\n1", notification_head("s\n1", change.record), notification_tail(
         "e\t", b'{"a": 1}', "2026-01-01T00:00:00.000Z", None
     ))
     assert json.loads(value) == {

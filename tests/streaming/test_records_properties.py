@@ -207,22 +207,24 @@ VALID_JSON = st.recursive(
 
 @SETTINGS
 @given(
-    VALID_TEXT.filter(str.strip), VALID_TEXT.filter(bool),
+    VALID_TEXT.filter(str.strip), st.none() | VALID_TEXT.filter(bool),
     st.dictionaries(VALID_TEXT.filter(lambda k: k not in ("expr", "subscriber")), VALID_JSON,
                     max_size=4),
     VALID_TEXT, st.dictionaries(VALID_TEXT, st.integers(-(2**63), 2**63 - 1), max_size=4),
     st.one_of(st.none(), st.integers(0, 2**62)),
 )  # fmt: skip
 def test_a_notification_decodes_to_its_subscription_and_event(
-    sub_id: str, subscriber: str, extra: dict[str, Any], ev_id: str, event: dict[str, int],
-    timestamp: int | None,
+    sub_id: str, subscriber: str | None, extra: dict[str, Any], ev_id: str,
+    event: dict[str, int], timestamp: int | None,
 ) -> None:
+    """The subscriber named, or by default the id (a head that leaves it out)."""
+    subscriber = sub_id if subscriber is None else subscriber
     change = parse_subscription_record(sub_id.encode(),
                                        subscription_value("a = 1", subscriber, extra))  # fmt: skip
     assert change.stored is not None
     record = load_stored(change.stored)  # as a worker gets it from Redis
     event_json = json.dumps(event).encode()
-    value = notification_value(notification_head(sub_id, record), notification_tail(
+    value = notification_value(sub_id, notification_head(sub_id, record), notification_tail(
         ev_id, event_json, "2026-01-01T00:00:00.000Z", timestamp
     ))
     assert json.loads(value) == {
