@@ -35,6 +35,7 @@ import confluent_kafka.cimpl  # noqa: F401  (loads librdkafka: the copy bound he
 import numpy as np
 import pyarrow as pa
 
+from connectors.arrow import null_mask
 from index.errors import PsmatchError
 
 QUEUE_FULL = -184
@@ -288,6 +289,6 @@ def _point_at(messages: np.ndarray, pointer: str, length: str, column: pa.Array)
     messages[pointer] = offsets[:-1].astype(np.uintp) + np.uintp(base)
     messages[length] = np.diff(offsets)
     if column.null_count:
-        nulls = column.is_null().to_numpy(zero_copy_only=False)
+        nulls = null_mask(column)
         messages[pointer][nulls] = 0
         messages[length][nulls] = 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from connectors.arrow import binary_column
 from index import _kernels
 from index.core.columns import GrowableArray
 from index.core.slot_bytes import joined
@@ -170,11 +171,3 @@ class NotificationHeads:
             columns.append(binary_column(offsets, out))
             start = stop
         return columns
-
-
-def binary_column(offsets: np.ndarray, data: np.ndarray) -> pa.BinaryArray:
-    """An Arrow ``binary`` column of the values ``data[offsets[i]:offsets[i + 1]]``
-    (int64 ``offsets`` from 0, below 2 GiB), without copying ``data``."""
-    return pa.Array.from_buffers(pa.binary(), len(offsets) - 1,
-                                 [None, pa.py_buffer(offsets.astype(np.int32)),
-                                  pa.py_buffer(data)])  # fmt: skip

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from connectors.arrow import record_batch
 from connectors.state import SourceChange, StateStore
 from streaming.records import (
     RecordError,
@@ -132,7 +133,7 @@ def apply_batches(limits: RecordLimits, settings: WorkerSettings, floor: int,
             cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"],
             strict=True), limits)  # fmt: skip
         rejects = len(out.rejects)
-        yield pa.RecordBatch.from_pydict({
+        yield record_batch({
             "records": [out.records] + [0] * rejects,
             "applied": [out.applied] + [0] * rejects,
             "validate_s": [out.validate_s] + [0.0] * rejects,
@@ -141,7 +142,7 @@ def apply_batches(limits: RecordLimits, settings: WorkerSettings, floor: int,
             "rejected_key": [None] + [key for _, key, _ in out.rejects],
             "rejected_value": [None] + [value for _, _, value in out.rejects],
             "sample": [None] + out.samples + [None] * (rejects - len(out.samples)),
-        }, schema=APPLIED_SCHEMA)  # fmt: skip
+        }, APPLIED_SCHEMA)  # fmt: skip
 
 
 def gather(applied: pa.Table) -> ValidatedSubscriptions:

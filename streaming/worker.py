@@ -50,8 +50,8 @@ from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from connectors.arrow import binary_column, record_batch, repeated_string, values_of
 from connectors.kafka import SINK_CHUNK, RecordSink, SinkSettings
 from connectors.state import DEFAULT_RETRY_SECONDS, Change, ChangeLogGapError, StateStore
 from index import Matcher, make_matcher
@@ -60,7 +60,7 @@ from index.errors import ExpressionError, PsmatchError
 from index.events import FlatEvent
 from index.language import Subscription
 from index.normal_form import load_normal_forms
-from streaming.heads import NotificationHeads, binary_column
+from streaming.heads import NotificationHeads
 from streaming.records import (
     RecordError,
     RecordLimits,
@@ -95,10 +95,8 @@ def output_records(topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]
                    ) -> pa.RecordBatch:  # fmt: skip
     """Records ``(key, value)`` of ``topic``, as a batch of :data:`OUTPUT_SCHEMA` (what
     :meth:`connectors.kafka.RecordSink.write` takes)."""
-    return pa.RecordBatch.from_pydict({"topic": [topic] * len(pairs),
-                                       "key": [key for key, _ in pairs],
-                                       "value": [value for _, value in pairs]},
-                                      schema=OUTPUT_SCHEMA)  # fmt: skip
+    return record_batch({"topic": [topic] * len(pairs), "key": [key for key, _ in pairs],
+                         "value": [value for _, value in pairs]}, OUTPUT_SCHEMA)  # fmt: skip
 
 
 MAX_SAMPLES = 3
@@ -765,8 +763,7 @@ def notification_records(
     for values in index.heads.join(slots, ids, tails, events):
         n = len(values)
         batches.append(pa.RecordBatch.from_arrays(
-            [pa.array([topic], pa.string()).take(pa.array(np.zeros(n, np.int32))),
-             keys.slice(start, n), values],
+            [repeated_string(topic, n), keys.slice(start, n), values],
             schema=OUTPUT_SCHEMA,
         ))  # fmt: skip
         start += n
@@ -835,7 +832,7 @@ def match_batches(
     metrics.process_indexes = sum(1 for k in list(_CACHE) if k[:4] == key[:4])
     for batch in batches:
         if settings.shards > 1:
-            handed = pc.unique(batch.column("shard")).to_pylist()
+            handed = np.unique(values_of(batch.column("shard"))).tolist()
             if handed != [shard]:
                 raise ShardMismatchError(f"the task of shard {shard} was handed events of "
                                          f"shards {handed}")  # fmt: skip

@@ -25,6 +25,7 @@ from connectors.kafka import (
     TopicReader,
     ensure_topics,
     service_topics,
+    topic_runs,
 )
 from connectors.local import KafkaBroker, LocalServices
 from tests.connectors.outside_client import read_records
@@ -142,6 +143,14 @@ def _two_topics(bootstrap: str, partitions: int,
     one, two = list(_topics())[:2]
     ensure_topics(bootstrap, {one: first or {}, two: {}}, partitions=partitions)
     return one, two
+
+
+def test_topic_runs_cut_a_batch_into_its_runs_of_one_topic_in_order() -> None:
+    assert topic_runs(pa.array(["n", "n", "r", "n"])) == [("n", 0, 2), ("r", 2, 3), ("n", 3, 4)]
+    assert topic_runs(pa.array(["nn", "rej", "nn"]).slice(1)) == [("rej", 0, 1), ("nn", 1, 2)]
+    assert topic_runs(pa.array(["x", "n", "n", "n", "x"]).slice(1, 3)) == [("n", 0, 3)]
+    assert topic_runs(pa.array(["", ""])) == [("", 0, 2)]
+    assert topic_runs(pa.array([], pa.string())) == []
 
 
 def test_record_sink_writes_to_the_partition_the_java_client_chooses(

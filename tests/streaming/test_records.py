@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 import pyarrow as pa
@@ -511,3 +513,25 @@ def test_task_metrics_merge_sums_counts_and_keeps_the_largest_index() -> None:
     assert (merged.tasks, merged.events, merged.lag, merged.index_bytes) == (2, 7, 5, 10)
     assert merged.rejects == {"too_deep": 3, "invalid_json": 1}
     assert merged.samples == ["x", "y", "z"]
+
+
+def test_a_worker_matches_and_writes_its_records_without_loading_pandas() -> None:
+    """pandas and ``pyarrow.compute`` cost every Python worker that loads them 50 MiB
+    resident (:mod:`connectors.arrow`): nothing on the path of an event, from decoding to
+    its notification and reject records and the sink's slicing of them by topic, does."""
+    code = """
+import sys
+from index import make_matcher
+from connectors.kafka import topic_runs
+from streaming.records import parse_subscription_record, subscription_value
+from streaming.worker import TaskMetrics, WorkerIndex, WorkerSettings, match_rows
+index = WorkerIndex(make_matcher("psthash"))
+index.put("s1", parse_subscription_record(b"s1", subscription_value("a = 1", "x", {})).stored)
+settings = WorkerSettings("redis://unused", "p:", 10, "psthash", "notif", "rej")
+rows = [(b"e1", b'{"a": 1}', "ev", 0, 0, 1), (None, b"[", "ev", 0, 1, 2)]
+runs = [topic_runs(batch.column("topic")) for batch in match_rows(index, settings, rows,
+                                                                   TaskMetrics())]
+assert runs == [[("notif", 0, 1)], [("rej", 0, 1)]], runs
+assert "pandas" not in sys.modules and "pyarrow.compute" not in sys.modules
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
