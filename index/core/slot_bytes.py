@@ -1,6 +1,6 @@
 """A byte string per slot, in one append-only buffer: how the ids of a matcher
-(:mod:`index.core.slot_ids`) and the notification heads of a worker
-(:mod:`streaming.heads`) are kept without a Python object each.
+(:mod:`index.core.slot_ids`), and through them the distinct notification heads of a
+worker (:mod:`streaming.heads`), are kept without a Python object each.
 
 Owns :class:`SlotBytes`, the joining of byte strings into one column (:func:`joined`) and
 the compiled copy of byte ranges (:func:`copy_ranges`) that reads and compacts it.
@@ -29,30 +29,15 @@ _MIN_DEAD = 1 << 20
 
 
 class SlotBytes:
-    """A byte string by slot, in one buffer.
+    """A byte string by slot, in one buffer, written a batch of slots at a time."""
 
-    Single writes (:meth:`put`, :meth:`clear`) are held in a dictionary and appended at
-    the next read in one vectorised pass (:meth:`merge`); :meth:`put_many` writes a batch
-    at once.
-    """
-
-    __slots__ = ("_buffer", "_length", "_live", "_pending", "_start")
+    __slots__ = ("_buffer", "_length", "_live", "_start")
 
     def __init__(self) -> None:
         self._buffer = GrowableArray(np.uint8)
         self._live = 0  # bytes of the buffer that slots hold
         self._start = GrowableArray(np.int64)
         self._length = GrowableArray(np.int32)
-        self._pending: dict[int, bytes | None] = {}
-
-    def put(self, slot: int, value: bytes) -> None:
-        """Store ``value`` at ``slot``, replacing what it held. Cost O(1) now, and its
-        bytes at the next read."""
-        self._pending[slot] = value
-
-    def clear(self, slot: int) -> None:
-        """Forget what ``slot`` holds. Cost O(1) now."""
-        self._pending[slot] = None
 
     def put_many(self, slots: np.ndarray, values: Sequence[bytes]) -> None:
         """Store ``values[i]`` at ``slots[i]`` (distinct slots), replacing what they
@@ -64,26 +49,11 @@ class SlotBytes:
     def put_joined(self, slots: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> None:
         """:meth:`put_many` of values given back to back (:func:`joined`), for a caller
         that joined them already."""
-        self.merge()
         self._write(np.asarray(slots, dtype=np.int64), data, offsets)
 
     def clear_many(self, slots: np.ndarray) -> None:
         """Forget what ``slots`` hold. Cost O(len(slots)), vectorised."""
-        self.merge()
         self._write(np.asarray(slots, dtype=np.int64), *joined([]))
-
-    def merge(self) -> None:
-        """Write the single writes held since the last merge to the buffer, so that they
-        stop holding a Python object each. Cost: none without them, else that of
-        :meth:`put_many` on them."""
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, {}
-        slots = np.fromiter(pending, np.int64, len(pending))
-        values = list(pending.values())
-        held = np.fromiter((value is not None for value in values), bool, len(values))
-        self._write(slots[~held], *joined([]))
-        self._write(slots[held], *joined([value for value in values if value is not None]))
 
     def _write(self, slots: np.ndarray, data: np.ndarray, offsets: np.ndarray) -> None:
         """Clear ``slots``, then store the values joined in ``data`` (:func:`joined`) at
@@ -123,7 +93,6 @@ class SlotBytes:
 
     def get(self, slot: int) -> bytes | None:
         """The bytes at ``slot``, None if it holds none. Cost O(their length)."""
-        self.merge()
         if slot >= len(self._start) or self._start.data[slot] == NONE:
             return None
         start = int(self._start.data[slot])
@@ -132,7 +101,6 @@ class SlotBytes:
     def ranges(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where the bytes of each of ``slots`` (each must hold some) lie in
         :attr:`buffer`: int64 ``(lo, hi)``. Cost O(len(slots)), vectorised."""
-        self.merge()
         lo = self._start.data[slots]
         return lo, lo + self._length.data[slots]
 
@@ -150,32 +118,21 @@ class SlotBytes:
     @property
     def buffer(self) -> np.ndarray:
         """The whole buffer (:meth:`ranges` says where each slot's bytes are)."""
-        self.merge()
         return self._buffer.data
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The buffer, and each slot's start (:data:`NONE`: nothing) and length, for
         compiled readers. Valid until the next write."""
-        self.merge()
         return self._buffer.data, self._start.view(), self._length.view()
 
     def check(self) -> None:
         """Assert the invariants: every held slot's bytes lie in the used part of the
         buffer, the free slots hold none, and the live count is their sum. O(slots)."""
-        self.merge()
         start, length = self._start.view(), self._length.view()
         held = start != NONE
         assert (length[held] >= 0).all() and (length[~held] == 0).all()
         assert (start[held] >= 0).all() and (start[held] + length[held] <= len(self._buffer)).all()
         assert int(length.sum()) == self._live <= len(self._buffer)
-
-    def __getstate__(self) -> dict[str, object]:
-        self.merge()
-        return {name: getattr(self, name) for name in self.__slots__}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        for name, value in state.items():
-            setattr(self, name, value)
 
 
 def joined(values: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:

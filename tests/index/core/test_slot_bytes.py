@@ -12,13 +12,11 @@ from index.core.slot_bytes import SlotBytes
 
 def test_writes_are_read_back_by_slot_and_a_cleared_slot_holds_nothing() -> None:
     store = SlotBytes()
-    store.put(2, b"value 2")
-    store.put(0, b"value 0")
+    store.put_many(np.array([2, 0]), [b"value 2", b"value 0"])
     assert store.get(0) == b"value 0" and store.get(2) == b"value 2"
     assert store.get(1) is None and store.get(9) is None
-    store.clear(0)
-    store.put(2, b"new value")  # a replacement
-    store.put(5, b"")
+    store.clear_many(np.array([0]))
+    store.put_many(np.array([2, 5]), [b"new value", b""])  # a replacement and an empty one
     store.check()
     assert [store.get(slot) for slot in range(7)] == [
         None, None, b"new value", None, None, b"", None]
@@ -42,15 +40,11 @@ def test_a_batch_is_written_at_once_and_gathered_back_to_back() -> None:
 def test_rewrites_append_and_the_dead_bytes_are_compacted_once_they_outweigh_the_live() -> None:
     store = SlotBytes()
     value = b"h" * 2000
-    for slot in range(1000):
-        store.put(slot, value)
-    store.merge()
+    store.put_many(np.arange(1000), [value] * 1000)
     live = store._live
     used = []
     for round_ in range(4):  # each round rewrites every slot: as many dead bytes as live
-        for slot in range(1000):
-            store.put(slot, b"%d" % round_ + value[1:])
-        store.merge()
+        store.put_many(np.arange(1000), [b"%d" % round_ + value[1:]] * 1000)
         store.check()
         assert store._live == live and len(store._buffer) - live <= max(live, 1 << 20)
         used.append(len(store._buffer))
@@ -66,11 +60,11 @@ def test_random_writes_agree_with_a_dictionary_and_survive_a_pickle() -> None:
         for _ in range(rng.randrange(1, 200)):
             slot = rng.randrange(500)
             if rng.random() < 0.2:
-                store.clear(slot)
+                store.clear_many(np.array([slot]))
                 expected.pop(slot, None)
             else:
                 value = b"h%d.%d" % (slot, round_) * rng.randrange(1, 30)
-                store.put(slot, value)
+                store.put_many(np.array([slot]), [value])
                 expected[slot] = value
         if round_ % 3 == 1:
             slots = rng.sample(range(500), 50)
@@ -78,6 +72,6 @@ def test_random_writes_agree_with_a_dictionary_and_survive_a_pickle() -> None:
             store.put_many(np.array(slots), values)
             expected.update(zip(slots, values, strict=True))
         if round_ % 5 == 4:
-            store = pickle.loads(pickle.dumps(store))  # writes not yet merged included
+            store = pickle.loads(pickle.dumps(store))
         store.check()
         assert {s: store.get(s) for s in range(500) if store.get(s) is not None} == expected
