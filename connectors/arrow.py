@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from index.core.slot_bytes import joined
+
 _NUMERIC = {pa.int64(): np.int64, pa.float64(): np.float64, pa.int32(): np.int32}
 BINARY, STRING = pa.binary(), pa.string()
 
@@ -52,12 +54,10 @@ def column(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
         return pa.Array.from_buffers(arrow_type, len(data), [None, pa.py_buffer(data)])
     if arrow_type not in (STRING, BINARY):
         raise TypeError(f"no column of {arrow_type} is built here")
-    encoded = [b"" if v is None else v.encode() if isinstance(v, str) else v for v in values]
-    offsets = np.zeros(len(values) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+    data, offsets = joined(
+        [b"" if v is None else v.encode() if isinstance(v, str) else v for v in values])
     valid = np.fromiter((v is not None for v in values), bool, len(values))
-    return binary_column(offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8), valid,
-                         arrow_type)
+    return binary_column(offsets, data, valid, arrow_type)
 
 
 def record_batch(columns: Mapping[str, Sequence[Any]], schema: pa.Schema) -> pa.RecordBatch:
@@ -65,6 +65,15 @@ def record_batch(columns: Mapping[str, Sequence[Any]], schema: pa.Schema) -> pa.
     :func:`column`."""
     return pa.RecordBatch.from_arrays([column(columns[f.name], f.type) for f in schema],
                                       schema=schema)  # fmt: skip
+
+
+def value_offsets(array: pa.Array) -> np.ndarray:
+    """Where each value of a binary or string column starts in its data buffer, and the
+    last one ends: ``len(array) + 1`` offsets, a view (int64 for the large types, else
+    int32)."""
+    large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
+    return np.frombuffer(array.buffers()[1], dtype=np.int64 if large else np.int32)[
+        array.offset : array.offset + len(array) + 1]
 
 
 def values_of(array: pa.Array) -> np.ndarray:

@@ -35,7 +35,7 @@ import confluent_kafka.cimpl  # noqa: F401  (loads librdkafka: the copy bound he
 import numpy as np
 import pyarrow as pa
 
-from connectors.arrow import null_mask
+from connectors.arrow import null_mask, value_offsets
 from index.errors import PsmatchError
 
 QUEUE_FULL = -184
@@ -281,10 +281,8 @@ def _point_at(messages: np.ndarray, pointer: str, length: str, column: pa.Array)
     """Set ``messages[pointer]`` and ``messages[length]`` to the address and size of each
     value of ``column``: null for a null, the data of an empty value, in place (the
     column must outlive the produce call that reads them)."""
-    width = np.int64 if pa.types.is_large_binary(column.type) else np.int32
-    _, offsets_buffer, data = column.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=width)[column.offset:
-                                                         column.offset + len(column) + 1]
+    offsets = value_offsets(column)
+    data = column.buffers()[2]
     base = data.address if data is not None and data.size else _EMPTY.ctypes.data
     messages[pointer] = offsets[:-1].astype(np.uintp) + np.uintp(base)
     messages[length] = np.diff(offsets)

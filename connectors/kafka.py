@@ -43,6 +43,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from connectors.arrow import value_offsets
 from connectors.batch_producer import BatchProducer
 from index.errors import PsmatchError
 
@@ -423,14 +424,14 @@ def topic_runs(topics: pa.StringArray) -> list[tuple[str, int, int]]:
     n = len(topics)
     if not n:
         return []
-    _, offsets_buffer, data_buffer = topics.buffers()
-    offsets = np.frombuffer(offsets_buffer, np.int32)[topics.offset : topics.offset + n + 1]
+    offsets = value_offsets(topics)
     width = int(offsets[1] - offsets[0])
     if not (np.diff(offsets) == width).all():
         names = np.array(topics.to_pylist(), dtype=object)
         cuts = np.flatnonzero(names[1:] != names[:-1]) + 1
     elif width:
-        rows = np.frombuffer(data_buffer, np.uint8)[offsets[0] : offsets[-1]].reshape(n, width)
+        data = np.frombuffer(topics.buffers()[2], np.uint8)
+        rows = data[offsets[0] : offsets[-1]].reshape(n, width)
         cuts = np.flatnonzero((rows[1:] != rows[:-1]).any(axis=1)) + 1
     else:
         cuts = np.empty(0, dtype=np.int64)

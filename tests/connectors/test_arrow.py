@@ -16,6 +16,7 @@ from connectors.arrow import (
     null_mask,
     record_batch,
     repeated_string,
+    value_offsets,
     values_of,
 )
 
@@ -70,3 +71,11 @@ batch.to_pydict()
 assert "pandas" not in sys.modules and "pyarrow.compute" not in sys.modules
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_value_offsets_are_a_view_of_a_slice_of_either_width() -> None:
+    for arrow_type in (pa.binary(), pa.string(), pa.large_binary(), pa.large_string()):
+        values = pa.array(["ab", "", "cde", "f"], arrow_type).slice(1, 2)
+        offsets = value_offsets(values)
+        assert offsets.dtype == (np.int64 if "large" in str(arrow_type) else np.int32)
+        assert offsets.tolist() == [2, 2, 5]
