@@ -447,8 +447,9 @@ class StateStore:
         version, subs = self._call("read the subscription state", read)
         return int(version or 0), {k.decode(): v.decode() for k, v in subs.items()}
 
-    SCAN_CHUNK = 10_000
-    """Subscriptions asked for per ``HSCAN`` call of :meth:`scan`."""
+    SCAN_CHUNK = 2_500
+    """Subscriptions asked for per ``HSCAN`` call of :meth:`scan`: a worker's reload groups
+    as many (``streaming.worker.LOAD_CHUNK``, where why so few)."""
 
     def scan(self) -> Iterator[tuple[str, str]]:
         """Every current subscription, ``(id, stored text)``, read in chunks of about
@@ -470,8 +471,9 @@ class StateStore:
             if not cursor:
                 return
 
-    CHANGES_CHUNK = 10_000
-    """Change log entries asked for per ``XRANGE`` call of :meth:`change_chunks`."""
+    CHANGES_CHUNK = 2_500
+    """Change log entries asked for per ``XRANGE`` call of :meth:`change_chunks`: a
+    worker's catch-up applies as many at once (``streaming.worker.LOAD_CHUNK``)."""
 
     def change_chunks(self, after: int, upto: int) -> Iterator[list[Change]]:
         """Changes ``after+1 .. upto`` in order, in lists of at most

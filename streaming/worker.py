@@ -116,18 +116,20 @@ cost of a parse or less (:func:`index.normal_form.load_normal_form`), and a dele
 less still. A fresh worker's PSTHash index of 100,000 BE-Gen subscriptions took 5.4-5.8 s
 of CPU from the log against 9.2-9.7 s from ``subs`` (docs/bench-streaming.md, stop 35)."""
 
-LOAD_CHUNK = 10_000
+LOAD_CHUNK = 2_500
 """Subscriptions per bulk insert of a reload, and changes per group of a catch-up. A
 group's changes (their stored texts and normal forms) and a bulk build's new columns are
 held beside the index; in groups that is one group's (1M BE-Gen PSTHash built in one
-call: peak 1,480 MiB; in chunks of 100,000: 1,351 MiB). Their objects, freed after each
-group, also leave holes in the heap that the index's later allocations only partly
-fill. A process replaying a 1M BE-Gen change log into PSTBloom (stop 41, scratch
-``peak1m.py``: its catch-up peak, its size trimmed after it, its peak matching 10,000
-events, the replay's wall time): groups of 25,000 490, 445 and 529-535 MiB in 23.8 s;
-10,000 443, 412 and 500-501 MiB in 23.4 s; 5,000 415, 398 and 493-495 MiB in 25.2 s.
-Groups of 25,000 rather than 100,000 had lowered a 1M PSTHash process's peak from 994 to
-936 MiB (stop 36, docs/bench-streaming.md)."""
+call: peak 1,480 MiB; in chunks of 100,000: 1,351 MiB). Their objects, a few KiB of
+small Python objects per change, live in pymalloc's arenas of 1 MiB, and an arena goes
+back to the system only when all of it is free: the few objects that outlive a group
+(a new array's header, a cache entry) keep the arenas its objects filled. A process
+replaying a 1M BE-Gen change log into PSTBloom (stop 43, scratch ``frag4.py``, the log
+read and the state scanned in chunks of the same size, :data:`StateStore.CHANGES_CHUNK`):
+groups of 10,000 peaked at 361 MiB and held 331 after it (38 arenas more than before
+it, 56, with 1.3 MB more in them) in 20.4 s; of 2,500 322 and 305 MiB (11 more) in
+22.1 s; of 1,000 310 and 300 MiB in 26.1 s. A full reload parsing the million: 355 and
+325 MiB in 41.2 s against 311 and 304 MiB in 44.2 s."""
 PROGRESS_SECONDS = 5.0
 """A long catch-up logs its progress at most this often, and once at its end."""
 
@@ -725,6 +727,7 @@ def match_rows(
     events, slots, failed = _match(index.matcher, flat_events)
     for i, exc in failed.items():
         reject(record_error(exc), *positions[i])
+    release_free_heap()
     t2 = time.perf_counter()
     metrics.cpu_s += time.thread_time() - cpu0
     metrics.events += n if primary else 0
