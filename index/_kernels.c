@@ -214,7 +214,12 @@ inside_any_interval(int64_t pos, const int32_t *run, const int32_t *bound_rank,
     return 0;
 }
 
-enum { ROW_TREE, ROW_LO, ROW_HI, ROW_RUN, ROW_WIDTH };
+/* A predicate row: its tree, its low end and the bound code of its hull's high end. The
+ * low end is a bound code (-1: unbounded) for a single interval; a predicate of several
+ * has -2 - (the start of its run in runs) there instead, its hull's low end being its run's
+ * first. */
+enum { ROW_TREE, ROW_LO, ROW_HI, ROW_WIDTH };
+#define ROW_RUN(lo) (-2 - (lo))
 
 static const Spec verify_specs[] = {
     {"events", SIGNED, 8, 0, 1}, {"cids", SIGNED, 8, 0, 1}, {"checked", SIGNED, 4, 0, 1},
@@ -244,7 +249,7 @@ verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = LEN(v[1]), n_events = v[3].shape[0], n_trees = v[3].shape[1];
     if (LEN(v[0]) != n || LEN(v[2]) != n || LEN(v[11]) < n || v[8].shape[1] != ROW_WIDTH)
         return refuse(v, COUNT(verify_specs), "verify_candidates(): events, cids and checked "
-                      "differ in length, kept is shorter, or rows is not [rows, 4]");
+                      "differ in length, kept is shorter, or rows is not [rows, 3]");
     uint64_t *has = malloc((n_events ? n_events : 1) * sizeof(uint64_t));
     int32_t *first = malloc((n ? 2 * n : 1) * sizeof(int32_t)); /* and each one's end */
     if (!has || !first) {
@@ -285,12 +290,11 @@ verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         int holds = 1;
         for (; pid < end[i]; pid++) {
             const int32_t *row = rows + pid * ROW_WIDTH;
-            int32_t pos = event_positions[row[ROW_TREE]];
-            if (pos < lo_position(row[ROW_LO], bound_rank)
-                || pos > hi_position(row[ROW_HI], bound_rank, unbounded_hi)
-                || (row[ROW_RUN] >= 0
-                    && !inside_any_interval(pos, runs + row[ROW_RUN], bound_rank,
-                                            unbounded_hi))) {
+            int32_t pos = event_positions[row[ROW_TREE]], lo = row[ROW_LO];
+            if (pos > hi_position(row[ROW_HI], bound_rank, unbounded_hi)
+                || (lo >= -1 ? pos < lo_position(lo, bound_rank)
+                             : !inside_any_interval(pos, runs + ROW_RUN(lo), bound_rank,
+                                                    unbounded_hi))) {
                 holds = 0;
                 break;
             }
@@ -562,7 +566,7 @@ signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t n = LEN(v[1]), n_trees = v[6].shape[1], n_signed = LEN(v[7]);
     if (LEN(v[0]) != n || LEN(v[10]) < n || v[5].shape[1] != ROW_WIDTH)
         return refuse(v, COUNT(signature_specs), "signature_filter(): events and cids differ in "
-                      "length, kept is shorter, or rows is not [rows, 4]");
+                      "length, kept is shorter, or rows is not [rows, 3]");
     int64_t n_kept = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {

@@ -37,11 +37,13 @@ import numpy as np
 from index import _kernels
 from index.pstree.forest import UNBOUNDED_HI
 
-ROW_TREE, ROW_LO, ROW_HI, ROW_RUN = range(4)
-"""Columns of the ``[rows, 4]`` int32 table of predicate rows the kernel reads: the row's
-tree, the bound codes of its hull's low and high ends
-(:func:`index.pstree.store.bound_codes`), and where its interval run starts in the
-store's runs (-1: a single interval, the hull)."""
+ROW_TREE, ROW_LO, ROW_HI = range(3)
+"""Columns of the ``[rows, 3]`` int32 table of predicate rows the kernel reads: the row's
+tree, its low end and the bound code of its hull's high end
+(:func:`index.pstree.store.bound_codes`). The low end is the bound code of the hull's
+low end for a single interval, and ``-2 - start`` for a predicate of several, ``start``
+where its interval run starts in the store's runs (:func:`index.pstree.store.run_starts`):
+a bound code is -1 (unbounded) or more."""
 MERGE_RATIO = 16
 """:func:`hashed_pair_entries` merges two sorted runs whose lengths are within this
 ratio, and searches the items of the shorter in the longer otherwise."""
@@ -55,14 +57,15 @@ def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
     and whose predicates from the ``checked[i]``-th on (in access order) hold.
 
     ``positions`` is the ``[events, trees]`` position matrix (-1: the event lacks the
-    tree's attribute, which no row admits); ``rows`` the ``[rows, 4]`` table of predicate
+    tree's attribute, which no row admits); ``rows`` the ``[rows, 3]`` table of predicate
     rows (:data:`ROW_TREE` ..); ``tree_mask`` the conjuncts' tree masks
     (:func:`index.pstree.store.tree_masks`): a candidate needing a tree its event lacks
     is dropped on its mask, before its rows are read; ``runs`` the store's interval runs;
     the other arrays are the registry's and the forest's columns
     (:class:`index.pstree.store.ConjunctStore`). A predicate holds when the event's
-    position is inside its hull and, for a predicate of several intervals, inside one of
-    them (its run scanned in order up to the first interval above the position).
+    position is inside its hull: for a predicate of several intervals, below its hull's
+    high end and inside one of them (its run scanned in order up to the first interval
+    above the position).
 
     Cost O(events x trees + candidates + predicates checked until each candidate's first
     false one + intervals scanned); memory: two int32 columns of the candidates' length,

@@ -27,7 +27,7 @@ from index.core.registry import ConjunctRegistry
 from index.language import Conjunct, Interval, Kind, Predicate
 from index.normal_form import ConjunctColumns
 from index.pstree.forest import UNBOUNDED_HI, Forest, Splits
-from index.pstree.kernels import ROW_HI, ROW_LO, ROW_RUN, ROW_TREE, verify_candidates
+from index.pstree.kernels import ROW_HI, ROW_LO, ROW_TREE, verify_candidates
 
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
@@ -36,13 +36,28 @@ ROW_BLOCK = 1 << 18
 """Rows :meth:`ConjunctStore.compact` moves at once: its temporaries, a few int64
 columns, are a block's (a compaction's first block of 2^20 rows took 81 MiB at 1M
 BE-Gen subscriptions, of 2^18 about a quarter of it)."""
-ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi", "run"], "formats": [np.int32] * 4,
-                      "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI, 4 * ROW_RUN]})
-"""A predicate row of :attr:`ConjunctStore.rows`: its tree, the bound codes of its
-hull's ends (:func:`bound_codes`) and the start of its interval run in
-:attr:`ConjunctStore.runs` (-1 for a single interval), each field at the column of the
-verification kernel's ``[rows, 4]`` table (:data:`index.pstree.kernels.ROW_TREE` ..),
-so that the rows are that table as they are."""
+ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi"], "formats": [np.int32] * 3,
+                      "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI]})
+"""A predicate row of :attr:`ConjunctStore.rows`: its tree, its low end and the bound code
+of its hull's high end (:func:`bound_codes`), each field at the column of the
+verification kernel's ``[rows, 3]`` table (:data:`index.pstree.kernels.ROW_TREE` ..),
+so that the rows are that table as they are. The low end is the bound code of the
+hull's low end for a single interval; a predicate of several intervals has
+:func:`run_field` of the start of its interval run in :attr:`ConjunctStore.runs` there
+(whose first interval's low end is the hull's)."""
+
+
+def run_field(start: np.ndarray) -> np.ndarray:
+    """The low-end field of rows whose interval runs start at ``start``: ``-2 - start``,
+    below every bound code (-1 or more). O(n), vectorised."""
+    return (-2 - start).astype(np.int32)
+
+
+def run_starts(lo: np.ndarray) -> np.ndarray:
+    """Where the interval run of each row whose low-end field is ``lo`` starts (int64), -1
+    for a row of a single interval. O(n), vectorised."""
+    lo = lo.astype(np.int64)
+    return np.where(lo <= -2, -2 - lo, -1)
 
 
 def bound_codes(bid: np.ndarray, closed: np.ndarray) -> np.ndarray:
@@ -113,13 +128,14 @@ class ConjunctStore:
     Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows) and
     ``tree_mask`` (the trees its predicates are on, see :func:`tree_masks`). Per
     predicate row, :attr:`rows` (:data:`ROW_DTYPE`): its tree (:attr:`pred_tree`), the
-    bound codes of its hull's ends (:func:`bound_codes`, :meth:`hull`) and, for a
+    bound code of its hull's low end (:func:`bound_codes`, :meth:`hull`) or, for a
     predicate of several intervals (``in``, ``!=``, ``not in``: 13 % of BE-Gen's
-    predicates), the start of its *run* in :attr:`runs`: the interval count, then each
-    interval's low and high bound codes. A single interval is its hull and has no run.
-    16 bytes a row and 8 an interval of a run: at 1M BE-Gen subscriptions (5M rows, 7M
-    intervals) 104 MB, where rows with cached hull positions, interval starts and
-    intervals as two bound ids and two flags took 170 MB. Conjuncts with ``like``
+    predicates), the start of its *run* in :attr:`runs` (:func:`run_field`): the
+    interval count, then each interval's low and high bound codes; and its hull's high
+    end. A single interval is its hull and has no run. 12 bytes a row and 8 an interval
+    of a run: at 1M BE-Gen subscriptions (5M rows, 7M intervals) 84 MB, where rows with
+    a run field of their own took 104 MB, and with cached hull positions, interval
+    starts and intervals as two bound ids and two flags 170 MB. Conjuncts with ``like``
     suffix/contains patterns, which rows cannot hold, are residual in the registry.
     """
 
@@ -142,11 +158,10 @@ class ConjunctStore:
     def interval_counts(self, pids: np.ndarray) -> np.ndarray:
         """The number of intervals of each predicate row of ``pids`` (int64). O(len(pids)),
         vectorised."""
-        return self._counts_of_runs(self.rows.data["run"][pids])
+        return self._counts_of_runs(run_starts(self.rows.data["lo"][pids]))
 
     def _counts_of_runs(self, run: np.ndarray) -> np.ndarray:
-        """The number of intervals of rows whose run fields are ``run`` (-1: one)."""
-        run = run.astype(np.int64)
+        """The number of intervals of rows whose runs start at ``run`` (-1: one)."""
         counts = np.ones(len(run), dtype=np.int64)
         multi = run >= 0
         counts[multi] = self.runs.data[run[multi]]
@@ -158,13 +173,14 @@ class ConjunctStore:
         lo_closed, hi_bid, hi_closed)``, ``owner`` the index in ``pids`` of each
         interval's row (bound id -1: unbounded). O(len(pids) + intervals), vectorised."""
         rows = self.rows.data[pids]
-        counts = self._counts_of_runs(rows["run"])
+        run = run_starts(rows["lo"])
+        counts = self._counts_of_runs(run)
         owner = np.repeat(np.arange(len(pids)), counts)
         lo, hi = rows["lo"][owner], rows["hi"][owner]  # a single interval is the hull
-        multi = np.flatnonzero(rows["run"] >= 0)
+        multi = np.flatnonzero(run >= 0)
         first = np.cumsum(counts) - counts
         run_owner, at = expand_ranges(first[multi], counts[multi])
-        code = rows["run"][multi][run_owner] + 1 + 2 * (at - first[multi][run_owner])
+        code = run[multi][run_owner] + 1 + 2 * (at - first[multi][run_owner])
         lo[at], hi[at] = self.runs.data[code], self.runs.data[code + 1]
         return owner, *decode_bounds(lo), *decode_bounds(hi)
 
@@ -213,11 +229,10 @@ class ConjunctStore:
         rows["tree"] = pred_tree[order]
         rows["lo"] = lo_code[iv_first[order]]
         rows["hi"] = hi_code[iv_first[order] + ordered_niv - 1]
-        rows["run"] = -1
         multi = np.flatnonzero(ordered_niv > 1)
         run_length = 1 + 2 * ordered_niv[multi]
         run_start = np.cumsum(run_length) - run_length
-        rows["run"][multi] = len(self.runs) + run_start
+        rows["lo"][multi] = run_field(len(self.runs) + run_start)
         runs = np.empty(int(run_length.sum()), dtype=np.int32)
         runs[run_start] = ordered_niv[multi]
         run_owner, ivs = expand_ranges(iv_first[order][multi], ordered_niv[multi])
@@ -384,12 +399,13 @@ class ConjunctStore:
         _, pids = expand_ranges(self.pred_start.view()[cids], counts)
         self.pred_start.data[cids] = pred_to + np.cumsum(counts) - counts
         rows = self.rows.data[pids]
-        multi = np.flatnonzero(rows["run"] >= 0)
-        run = rows["run"][multi].astype(np.int64)
+        run = run_starts(rows["lo"])
+        multi = np.flatnonzero(run >= 0)
+        run = run[multi]
         run_length = 1 + 2 * self.runs.data[run].astype(np.int64)
         _, codes = expand_ranges(run, run_length)
         self.runs.data[run_to : run_to + len(codes)] = self.runs.data[codes]
-        rows["run"][multi] = run_to + np.cumsum(run_length) - run_length
+        rows["lo"][multi] = run_field(run_to + np.cumsum(run_length) - run_length)
         self.rows.data[pred_to : pred_to + len(pids)] = rows
         return pred_to + len(pids), run_to + len(codes)
 
@@ -400,7 +416,10 @@ class ConjunctStore:
         interval's low end and the last one's high end, as ``(lo_bid, lo_closed,
         hi_bid, hi_closed)`` (bound id -1 is unbounded). O(len(rows)), vectorised."""
         table = self.rows.data[rows]
-        return *decode_bounds(table["lo"]), *decode_bounds(table["hi"])
+        lo, run = table["lo"], run_starts(table["lo"])
+        multi = run >= 0
+        lo[multi] = self.runs.data[run[multi] + 1]  # a run's first interval's low end
+        return *decode_bounds(lo), *decode_bounds(table["hi"])
 
     def predicate_row(self, cid: int, k: int) -> int:
         """Row of the conjunct's k-th predicate in access order."""
@@ -428,11 +447,11 @@ class ConjunctStore:
         return lo, hi
 
     def row_table(self) -> np.ndarray:
-        """The ``[rows, 4]`` int32 table the compiled kernels read: :attr:`rows` as
-        columns, per predicate row its tree, its hull's bound codes and its run, side by
-        side so that one cache miss reads them. O(1), a view."""
+        """The ``[rows, 3]`` int32 table the compiled kernels read: :attr:`rows` as
+        columns, per predicate row its tree, its low end (or run) and its hull's high
+        end, side by side so that one cache miss reads them. O(1), a view."""
         n = len(self.rows)
-        return self.rows.data[:n].view(np.int32).reshape(n, 4)
+        return self.rows.data[:n].view(np.int32).reshape(n, 3)
 
     def verify(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -520,7 +539,7 @@ class ConjunctStore:
             for k, pid in enumerate(pids.tolist()):
                 assert all(lo <= hi for lo, hi in spans[k]), f"predicate row {pid} is empty"
                 assert all(a[1] < b[0] for a, b in pairwise(spans[k])), "intervals overlap"
-                assert (self.rows.data["run"][pid] >= 0) == (len(spans[k]) > 1), "a run"
+                assert (self.rows.data["lo"][pid] <= -2) == (len(spans[k]) > 1), "a run"
                 expected[self.covered_sids(pid)] += 1
             last = np.cumsum(np.bincount(owner, minlength=count)) - 1
             first = np.concatenate(([0], last[:-1] + 1))
@@ -532,7 +551,7 @@ class ConjunctStore:
         cids = np.flatnonzero(registry.alive.view())
         cids = cids[np.argsort(self.pred_start.data[cids], kind="stable")]
         _, pids = expand_ranges(self.pred_start.data[cids], self.pred_count.data[cids])
-        run = self.rows.data["run"][pids].astype(np.int64)
+        run = run_starts(self.rows.data["lo"][pids])
         run = run[run >= 0]
         run_end = run + 1 + 2 * self.runs.data[run].astype(np.int64)
         assert (run_end[:-1] <= run[1:]).all() and (run_end <= len(self.runs)).all(), "runs"

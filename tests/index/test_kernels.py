@@ -45,18 +45,18 @@ def test_a_read_only_column_is_not_written() -> None:
 
 def test_a_two_dimensional_column_is_checked_for_its_shape() -> None:
     """``verify_candidates`` reads ``positions`` as ``[events, trees]`` and ``rows`` as
-    ``[rows, 4]``: a flat ``positions`` or a row table of another width is refused."""
+    ``[rows, 3]``: a flat ``positions`` or a row table of another width is refused."""
     i64, i32, flag = (np.zeros(1, dtype=t) for t in (np.int64, np.int32, bool))
     columns = [i64, i64, i32, np.zeros((1, 1), np.int32), flag, np.zeros(1, np.uint64), i32,
-               i32, np.zeros((1, 4), np.int32), i32, i32, i64.copy()]
+               i32, np.zeros((1, 3), np.int32), i32, i32, i64.copy()]
     assert _kernels.verify_candidates(*columns, 2**30) in (0, 1)
     flat = columns.copy()
     flat[3] = np.zeros(1, np.int32)
     with pytest.raises(TypeError, match="argument 'positions' must be a 2-dimensional"):
         _kernels.verify_candidates(*flat, 2**30)
     wide = columns.copy()
-    wide[8] = np.zeros((1, 5), np.int32)
-    with pytest.raises(ValueError, match=r"rows is not \[rows, 4\]"):
+    wide[8] = np.zeros((1, 4), np.int32)
+    with pytest.raises(ValueError, match=r"rows is not \[rows, 3\]"):
         _kernels.verify_candidates(*wide, 2**30)
 
 

@@ -21,7 +21,7 @@ from index.events import flatten_event
 from index.language import Conjunct, Predicate
 from index.normal_form import ConjunctColumns
 from index.pstree.forest import Forest
-from index.pstree.store import ConjunctStore, operator_ranks
+from index.pstree.store import ConjunctStore, operator_ranks, run_field, run_starts
 from tests.index.strategies import events, expressions, parsed
 
 
@@ -176,22 +176,24 @@ def test_verify_follows_rows_added_split_and_compacted() -> None:
 
 
 def test_check_finds_a_hull_that_is_not_its_runs() -> None:
-    """A row of several intervals keeps its hull in the row (what the kernel tests
-    first) and its intervals in a run: a hull that disagrees with the run fails
-    ``check``, and so does a run of one interval."""
+    """A row of several intervals keeps its hull's high end in the row (what the kernel
+    tests first) and its intervals in a run, whose start is the row's low end: a hull
+    that disagrees with the run fails ``check``, and so does a run of one interval."""
     stored = Stored(_conjuncts(["a in (1, 3) and b <= 2", "a = 2"]))
     store = stored.store
     store.check()
-    multi = int(np.flatnonzero(store.rows.view()["run"] >= 0)[0])
+    run = run_starts(store.rows.view()["lo"])
+    multi = int(np.flatnonzero(run >= 0)[0])
     assert store.interval_counts(np.array([multi])).tolist() == [2]
-    store.rows.data["hi"][multi] = store.rows.data["lo"][multi]
+    store.rows.data["hi"][multi] = store.runs.data[run[multi] + 1]  # the first's low end
     with pytest.raises(AssertionError, match="a hull"):
         store.check()
     stored = Stored(_conjuncts(["a in (1, 3) and b <= 2", "a = 2"]))
     store = stored.store
-    single = int(np.flatnonzero(store.rows.view()["run"] < 0)[0])
+    single = int(np.flatnonzero(run_starts(store.rows.view()["lo"]) < 0)[0])
     row = store.rows.data[single]
-    store.rows.data["run"][single] = store.runs.extend(np.array([1, row["lo"], row["hi"]]))
+    start = store.runs.extend(np.array([1, row["lo"], row["hi"]]))
+    store.rows.data["lo"][single] = run_field(np.array([start]))[0]
     with pytest.raises(AssertionError, match="a run"):
         store.check()
 
