@@ -727,6 +727,9 @@ def match_rows(
     events, slots, failed = _match(index.matcher, flat_events)
     for i, exc in failed.items():
         reject(record_error(exc), *positions[i])
+    # what matching freed (its candidates' columns) given back before the records are
+    # built: matching 2,000 events (250,000 notifications) at 1M BE-Gen subscriptions in
+    # PSTBloom, a process peaked at 342-347 MiB, against 357-362 (stop 43, scratch)
     release_free_heap()
     t2 = time.perf_counter()
     metrics.cpu_s += time.thread_time() - cpu0
