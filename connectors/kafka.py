@@ -401,14 +401,18 @@ class SinkSettings:
     compression: str = "lz4"
 
 
-SINK_CHUNK = 16_384
+SINK_CHUNK = 4_096
 """Records :meth:`RecordSink.write` queues at a time: one ``rd_kafka_produce_batch``
-call over an array of 72 bytes a record (:mod:`connectors.batch_producer`). When each
-record still became two Python ``bytes``, chunks of this size and librdkafka's queue of
-16 MiB (:class:`RecordSink`) instead of 65,536 and 64 MiB took a 1M PSTHash worker's
-peak while matching a backlog of 10,000 events (1.26M notifications) from 1,206 to
-1,095 MiB, and its tasks waited less for the writes (3.2 against 4.1 s;
-docs/bench-streaming.md, stop 29)."""
+call over an array of 72 bytes a record (:mod:`connectors.batch_producer`); a worker
+assembles its notification records as many at a time (``streaming.worker``), so a chunk
+being built and librdkafka's full queue (16 MiB, :class:`RecordSink`) are what the
+writing holds at once. A process matching batches of 2,000 events at 1M BE-Gen
+subscriptions in PSTBloom (251,573 notifications a batch) and writing them to a real
+broker peaked at 338-341 MiB in chunks of 4,096, 344-351 in chunks of 8,192 and 352-366
+in chunks of 16,384, at the same CPU (1.91-2.29 s per batch against 1.94-2.64; stop 43,
+scratch ``msink.py``, the three alternated twice). Chunks of 16,384 and a queue of 16
+MiB, instead of 65,536 and 64 MiB, had taken a 1M PSTHash worker's peak from 1,206 to
+1,095 MiB (docs/bench-streaming.md, stop 29)."""
 
 
 def topic_runs(topics: pa.StringArray) -> list[tuple[str, int, int]]:
