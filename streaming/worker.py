@@ -729,7 +729,8 @@ def match_rows(
         reject(record_error(exc), *positions[i])
     # what matching freed (its candidates' columns) given back before the records are
     # built: matching 2,000 events (250,000 notifications) at 1M BE-Gen subscriptions in
-    # PSTBloom, a process peaked at 342-347 MiB, against 357-362 (stop 43, scratch)
+    # PSTBloom, a process peaked at 342-347 MiB, against 357-362 from its second batch
+    # on (342 the first; stop 43, scratch)
     release_free_heap()
     t2 = time.perf_counter()
     metrics.cpu_s += time.thread_time() - cpu0
