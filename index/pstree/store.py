@@ -536,10 +536,11 @@ class ConjunctStore:
                                        and tree.bound_ids[forest.bound_rank[bid]] == bid)
                 spans[k].append(forest.covered_positions(tree, lo_bid, lo_closed, hi_bid,
                                                          hi_closed))
+            has_run = (run_starts(self.rows.data["lo"][pids]) >= 0).tolist()
             for k, pid in enumerate(pids.tolist()):
                 assert all(lo <= hi for lo, hi in spans[k]), f"predicate row {pid} is empty"
                 assert all(a[1] < b[0] for a, b in pairwise(spans[k])), "intervals overlap"
-                assert (self.rows.data["lo"][pid] <= -2) == (len(spans[k]) > 1), "a run"
+                assert has_run[k] == (len(spans[k]) > 1), "a run"
                 expected[self.covered_sids(pid)] += 1
             last = np.cumsum(np.bincount(owner, minlength=count)) - 1
             first = np.concatenate(([0], last[:-1] + 1))
