@@ -1080,6 +1080,13 @@ hash_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* The id table (index.core.slot_ids) is a linear-probing table of any size: an id's
+ * probe starts at its hash's high bits scaled to the table (multiply-shift, no division;
+ * FNV-1a mixes every byte into the high bits) and wraps at the end. Any size, not a
+ * power of two, lets the table be rebuilt at twice the ids it holds, not four times. */
+#define TABLE_HOME(hash, entries) ((uint64_t)(((unsigned __int128)(hash) * (entries)) >> 64))
+#define TABLE_NEXT(at, entries) ((at) + 1 == (entries) ? 0 : (at) + 1)
+
 static const Spec find_specs[] = {
     {"table", SIGNED, 4, 0, 1}, {"slot_hash", UNSIGNED, 8, 0, 1},
     {"buffer", UNSIGNED, 1, 0, 1}, {"start", SIGNED, 8, 0, 1}, {"length", SIGNED, 4, 0, 1},
@@ -1101,14 +1108,15 @@ find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const int64_t *start = I64(v[3]), *offsets = I64(v[6]);
     int64_t *out = I64(v[8]);
     Py_ssize_t n = LEN(v[8]);
-    uint64_t mask = (uint64_t)LEN(v[0]) - 1;
+    uint64_t entries = (uint64_t)LEN(v[0]);
     if (LEN(v[7]) < n || LEN(v[6]) < n + 1)
         return refuse(v, COUNT(find_specs), "find_slots(): hashes or offsets too short for out");
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t lo = offsets[i], size = offsets[i + 1] - offsets[i];
         out[i] = -1;
-        for (uint64_t at = hashes[i] & mask; table[at] != empty; at = (at + 1) & mask) {
+        for (uint64_t at = TABLE_HOME(hashes[i], entries); table[at] != empty;
+             at = TABLE_NEXT(at, entries)) {
             int32_t slot = table[at];
             if (slot >= 0 && slot_hash[slot] == hashes[i] && length[slot] == size
                 && memcmp(buffer + start[slot], data + lo, size) == 0) {
@@ -1138,18 +1146,18 @@ update_table(const char *func, PyObject *const *args, Py_ssize_t nargs, int fili
     int32_t *table = I32(v[0]);
     const uint64_t *slot_hash = U64(v[1]);
     const int64_t *slots = I64(v[2]);
-    uint64_t mask = (uint64_t)LEN(v[0]) - 1;
+    uint64_t entries = (uint64_t)LEN(v[0]);
     Py_ssize_t n = LEN(v[2]);
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t at = slot_hash[slots[i]] & mask;
+        uint64_t at = TABLE_HOME(slot_hash[slots[i]], entries);
         if (filing) {
             while (table[at] != marker)
-                at = (at + 1) & mask;
+                at = TABLE_NEXT(at, entries);
             table[at] = (int32_t)slots[i];
         } else {
             while (table[at] != slots[i])
-                at = (at + 1) & mask;
+                at = TABLE_NEXT(at, entries);
             table[at] = (int32_t)marker;
         }
     }

@@ -59,7 +59,7 @@ from streaming.heads import NotificationHeads
 from streaming.shards import WHOLE, Shard
 
 FORMAT = "psmatch-index-snapshot"
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 MAX_HEADER_BYTES = 4096
 """The header line's length, newline included (padded with spaces)."""
 CHUNK_BYTES = 8 << 20

@@ -54,3 +54,16 @@ def test_random_puts_and_clears_agree_with_a_dictionary_through_rebuilds_and_pic
         asked = [*rng.sample(sorted(expected), min(20, len(expected))), "id-none", *gone[:5]]
         assert ids.find(asked).tolist() == [expected.get(sub_id, -1) for sub_id in asked]
     assert dict(zip(ids, ids.find(list(ids)).tolist(), strict=True)) == expected
+
+
+def test_the_table_is_rebuilt_at_two_entries_per_id_and_used_at_most_seventy_percent() -> None:
+    # a cost bound, counted: while ids are only added, the table (int32 entries) takes
+    # at most 8 bytes per id held, and is never so full that a probe runs long
+    ids = SlotIds()
+    for first in range(0, 100_000, 1_000):
+        held = first + 1_000
+        ids.put_many(np.arange(first, held), [f"s{n}" for n in range(first, held)])
+        ids.check()
+        assert len(ids._table) <= max(16, 2 * held)
+        assert held <= 0.7 * len(ids._table)
+    assert ids.find(["s0", "s99999", "s100000"]).tolist() == [0, 99_999, -1]
