@@ -158,6 +158,7 @@ unsigned_scalar(PyObject *obj, uint64_t *out)
 #define I64(view) ((int64_t *)(view).buf)
 #define I32(view) ((int32_t *)(view).buf)
 #define U64(view) ((uint64_t *)(view).buf)
+#define U32(view) ((uint32_t *)(view).buf)
 #define U8(view) ((uint8_t *)(view).buf)
 #define BOOLS(view) ((const char *)(view).buf)
 
@@ -1053,7 +1054,7 @@ join_notifications(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 /* ------------------------------------------------------------------ id table */
 
 static const Spec hash_specs[] = {
-    {"data", UNSIGNED, 1, 0, 1}, {"offsets", SIGNED, 8, 0, 1}, {"out", UNSIGNED, 8, 1, 1},
+    {"data", UNSIGNED, 1, 0, 1}, {"offsets", SIGNED, 8, 0, 1}, {"out", UNSIGNED, 4, 1, 1},
 };
 
 static PyObject *
@@ -1064,16 +1065,16 @@ hash_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     const uint8_t *data = U8(v[0]);
     const int64_t *offsets = I64(v[1]);
-    uint64_t *out = U64(v[2]);
+    uint32_t *out = U32(v[2]);
     Py_ssize_t n = LEN(v[2]);
     if (LEN(v[1]) < n + 1)
         return refuse(v, COUNT(hash_specs), "hash_ranges(): offsets is not longer than out");
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) { /* 64-bit FNV-1a */
+    for (Py_ssize_t i = 0; i < n; i++) { /* the high half of the 64-bit FNV-1a */
         uint64_t h = 14695981039346656037ULL;
         for (int64_t j = offsets[i]; j < offsets[i + 1]; j++)
             h = (h ^ data[j]) * 1099511628211ULL;
-        out[i] = h;
+        out[i] = (uint32_t)(h >> 32);
     }
     Py_END_ALLOW_THREADS
     release(v, COUNT(hash_specs));
@@ -1081,16 +1082,17 @@ hash_ranges(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* The id table (index.core.slot_ids) is a linear-probing table of any size: an id's
- * probe starts at its hash's high bits scaled to the table (multiply-shift, no division;
- * FNV-1a mixes every byte into the high bits) and wraps at the end. Any size, not a
- * power of two, lets the table be rebuilt at twice the ids it holds, not four times. */
-#define TABLE_HOME(hash, entries) ((uint64_t)(((unsigned __int128)(hash) * (entries)) >> 64))
+ * probe starts at its 32-bit hash scaled to the table (multiply-shift, no division; the
+ * high half of FNV-1a, into which it mixes every byte) and wraps at the end. Any size,
+ * not a power of two, lets the table be rebuilt at twice the ids it holds, not four
+ * times. */
+#define TABLE_HOME(hash, entries) (((uint64_t)(hash) * (entries)) >> 32)
 #define TABLE_NEXT(at, entries) ((at) + 1 == (entries) ? 0 : (at) + 1)
 
 static const Spec find_specs[] = {
-    {"table", SIGNED, 4, 0, 1}, {"slot_hash", UNSIGNED, 8, 0, 1},
+    {"table", SIGNED, 4, 0, 1}, {"slot_hash", UNSIGNED, 4, 0, 1},
     {"buffer", UNSIGNED, 1, 0, 1}, {"start", SIGNED, 8, 0, 1}, {"length", SIGNED, 4, 0, 1},
-    {"data", UNSIGNED, 1, 0, 1}, {"offsets", SIGNED, 8, 0, 1}, {"hashes", UNSIGNED, 8, 0, 1},
+    {"data", UNSIGNED, 1, 0, 1}, {"offsets", SIGNED, 8, 0, 1}, {"hashes", UNSIGNED, 4, 0, 1},
     {"out", SIGNED, 8, 1, 1},
 };
 
@@ -1103,7 +1105,7 @@ find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         || !ACQUIRE("find_slots", args, find_specs, v))
         return NULL;
     const int32_t *table = I32(v[0]), *length = I32(v[4]);
-    const uint64_t *slot_hash = U64(v[1]), *hashes = U64(v[7]);
+    const uint32_t *slot_hash = U32(v[1]), *hashes = U32(v[7]);
     const uint8_t *buffer = U8(v[2]), *data = U8(v[5]);
     const int64_t *start = I64(v[3]), *offsets = I64(v[6]);
     int64_t *out = I64(v[8]);
@@ -1131,7 +1133,7 @@ find_slots(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 static const Spec table_specs[] = {
-    {"table", SIGNED, 4, 1, 1}, {"slot_hash", UNSIGNED, 8, 0, 1}, {"slots", SIGNED, 8, 0, 1},
+    {"table", SIGNED, 4, 1, 1}, {"slot_hash", UNSIGNED, 4, 0, 1}, {"slots", SIGNED, 8, 0, 1},
 };
 
 /* File (marker: the empty entry) or mark deleted (marker: the deleted entry) each slot. */
@@ -1144,7 +1146,7 @@ update_table(const char *func, PyObject *const *args, Py_ssize_t nargs, int fili
         || !ACQUIRE(func, args, table_specs, v))
         return NULL;
     int32_t *table = I32(v[0]);
-    const uint64_t *slot_hash = U64(v[1]);
+    const uint32_t *slot_hash = U32(v[1]);
     const int64_t *slots = I64(v[2]);
     uint64_t entries = (uint64_t)LEN(v[0]);
     Py_ssize_t n = LEN(v[2]);

@@ -2,17 +2,18 @@
 (also how a worker keeps each distinct notification head once: :mod:`streaming.heads`).
 
 Owns :class:`SlotIds`: the ids' UTF-8 in a :class:`index.core.slot_bytes.SlotBytes`, a
-64-bit FNV-1a hash per slot, and an open-addressing hash table of slots (linear
-probing), searched and updated by compiled loops a batch of ids at a time.
+32-bit hash per slot (the high half of the 64-bit FNV-1a), and an open-addressing hash
+table of slots (linear probing), searched and updated by compiled loops a batch of ids
+at a time.
 
 Why not a ``dict`` and a ``list``: at 1M subscriptions they took 117 MiB (a ``str`` and
 an ``int`` object per id, the dict's table and the list), a tenth of a worker's memory.
-These columns, for 1M ids of 11 characters put 10,000 at a time, take 41 MiB, spare
-capacity included (per id: at most 8 bytes of table while ids are only added, a hash, a
-start and a length, and the id's own bytes). The table used to have a power of two
-entries, rebuilt at four per id: 16 MiB of 50 at 1M ids, where any size rebuilt at two
-per id takes 7.3; finding the 1M ids took 0.23 s against 0.25 now, and 1M ids not held
-0.30 s against 0.36 (2026-11-30, scratch, best of three).
+These columns, for 1M ids of 11 characters put 10,000 at a time, take 37 MiB, spare
+capacity included (per id: at most 8 bytes of table while ids are only added, 4 of hash,
+8 of start, 4 of length, and the id's own bytes). They took 50 MiB with a table of a
+power of two entries rebuilt at four per id (16 MiB of it, 7.3 at any size rebuilt at
+two per id) and a 64-bit hash; finding the 1M ids took 0.23 s then, against 0.25 now,
+and 1M ids not held 0.30 s against 0.36 (2026-11-30, scratch, best of three).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class SlotIds:
 
     def __init__(self) -> None:
         self._bytes = SlotBytes()
-        self._hash = GrowableArray(np.uint64)  # of the id at each slot
+        self._hash = GrowableArray(np.uint32)  # of the id at each slot
         self._table = np.full(16, _EMPTY, dtype=np.int32)
         self._count = 0
         self._deleted = 0
@@ -161,8 +162,10 @@ def _encode(ids: Sequence[str]) -> list[bytes]:
 
 
 def _hash_ranges(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The 64-bit FNV-1a hash of each ``data[offsets[i]:offsets[i + 1]]``."""
-    out = np.empty(len(offsets) - 1, dtype=np.uint64)
+    """The hash of each ``data[offsets[i]:offsets[i + 1]]``: the high half of its 64-bit
+    FNV-1a (a probe compares an id's bytes only when the hashes are equal, one time in
+    2**32 for another id)."""
+    out = np.empty(len(offsets) - 1, dtype=np.uint32)
     _kernels.hash_ranges(data, offsets, out)
     return out
 

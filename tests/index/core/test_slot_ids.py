@@ -8,7 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from index.core.slot_ids import SlotIds
+from index.core.slot_bytes import joined
+from index.core.slot_ids import SlotIds, _hash_ranges
 
 
 def test_ids_are_found_by_value_and_read_back_by_slot() -> None:
@@ -67,3 +68,19 @@ def test_the_table_is_rebuilt_at_two_entries_per_id_and_used_at_most_seventy_per
         assert len(ids._table) <= max(16, 2 * held)
         assert held <= 0.7 * len(ids._table)
     assert ids.find(["s0", "s99999", "s100000"]).tolist() == [0, 99_999, -1]
+
+
+def test_ids_whose_32_bit_hashes_are_equal_are_told_apart_by_their_bytes() -> None:
+    colliding = ["sub-22107", "sub-212049"]  # found among 300,000 such ids
+    hashes = _hash_ranges(*joined([sub_id.encode() for sub_id in colliding]))
+    assert hashes[0] == hashes[1]
+    ids = SlotIds()
+    ids.put_many(np.array([7]), colliding[:1])
+    ids.check()
+    assert ids.find(colliding).tolist() == [7, -1]
+    ids.put_many(np.array([3]), colliding[1:])
+    ids.check()
+    assert ids.find(colliding).tolist() == [7, 3]
+    ids.clear_many(np.array([7]))
+    ids.check()
+    assert ids.find(colliding).tolist() == [-1, 3]
