@@ -405,7 +405,7 @@ SINK_CHUNK = 4_096
 """Records :meth:`RecordSink.write` queues at a time: one ``rd_kafka_produce_batch``
 call over an array of 72 bytes a record (:mod:`connectors.batch_producer`); a worker
 assembles its notification records as many at a time (``streaming.worker``), so a chunk
-being built and librdkafka's full queue (16 MiB, :class:`RecordSink`) are what the
+being built and librdkafka's full queue (12 MiB, :class:`RecordSink`) are what the
 writing holds at once. A process matching batches of 2,000 events at 1M BE-Gen
 subscriptions in PSTBloom (251,573 notifications a batch) and writing them to a real
 broker peaked at 338-341 MiB in chunks of 4,096, 344-351 in chunks of 8,192 and 352-366
@@ -455,7 +455,7 @@ class RecordSink:
     flush: a matching task flushes before it ends, so a task whose records were not all
     written fails, and Spark runs it (or the query runs its batch) again.
 
-    Memory: librdkafka's queue is bounded (16 MiB); :meth:`write` waits for room when it
+    Memory: librdkafka's queue is bounded (12 MiB); :meth:`write` waits for room when it
     is full. Cost per record: a share of one C call per :data:`SINK_CHUNK` records
     (:class:`connectors.batch_producer.BatchProducer`, which copies it from the Arrow
     buffers), and librdkafka's threads, which compress and send it: 3.4 µs of CPU for a
@@ -476,7 +476,11 @@ class RecordSink:
             # a notification is at most SINK_RECORD_LIMIT (streaming.records) bytes;
             # this is the Java producer's max.request.size
             "message.max.bytes": str(1 << 20),
-            "queue.buffering.max.kbytes": str(16 * 1024),
+            # 12 MiB, not 16: matching batches of 2,000 events at 1M BE-Gen subscriptions
+            # in PSTBloom and writing their 251,573 notifications to a real broker, a
+            # process peaked at 322-325 MiB against 326-328, in 1.78-1.88 s a batch
+            # against 1.69-1.79 (stop 44, scratch; docs/bench-streaming.md)
+            "queue.buffering.max.kbytes": str(12 * 1024),
             "queue.buffering.max.messages": "1000000",
         }  # fmt: skip
         self._producer = self._new_producer()
