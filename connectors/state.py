@@ -447,13 +447,11 @@ class StateStore:
         version, subs = self._call("read the subscription state", read)
         return int(version or 0), {k.decode(): v.decode() for k, v in subs.items()}
 
-    SCAN_CHUNK = 2_500
-    """Subscriptions asked for per ``HSCAN`` call of :meth:`scan`: a worker's reload groups
-    as many (``streaming.worker.LOAD_CHUNK``, where why so few)."""
-
-    def scan(self) -> Iterator[tuple[str, str]]:
+    def scan(self, size: int) -> Iterator[tuple[str, str]]:
         """Every current subscription, ``(id, stored text)``, read in chunks of about
-        :data:`SCAN_CHUNK` (``HSCAN``): memory for one chunk, not for the whole state.
+        ``size`` (``HSCAN``'s ``COUNT``): memory for one chunk, not for the whole state
+        (a worker's reload reads as many as it indexes at once, ``streaming.worker
+        .LOAD_CHUNK``).
 
         Not atomic: a subscription changed while the scan runs may be given in either
         form, or twice. Replaying the change log from a version read before the scan on
@@ -464,20 +462,17 @@ class StateStore:
         while True:
             cursor, found = self._call(
                 "read the subscription state",
-                lambda cursor=cursor: self.client.hscan(self.k_subs, cursor, count=self.SCAN_CHUNK),
+                lambda cursor=cursor: self.client.hscan(self.k_subs, cursor, count=size),
             )
             for sub_id, stored in found.items():
                 yield sub_id.decode(), stored.decode()
             if not cursor:
                 return
 
-    CHANGES_CHUNK = 2_500
-    """Change log entries asked for per ``XRANGE`` call of :meth:`change_chunks`: a
-    worker's catch-up applies as many at once (``streaming.worker.LOAD_CHUNK``)."""
-
-    def change_chunks(self, after: int, upto: int) -> Iterator[list[Change]]:
-        """Changes ``after+1 .. upto`` in order, in lists of at most
-        :data:`CHANGES_CHUNK`: memory for one chunk, not for the whole range.
+    def change_chunks(self, after: int, upto: int, size: int) -> Iterator[list[Change]]:
+        """Changes ``after+1 .. upto`` in order, in lists of at most ``size`` (one
+        ``XRANGE`` each): memory for one chunk, not for the whole range (a worker's
+        catch-up applies each chunk at once, ``streaming.worker.LOAD_CHUNK`` changes).
 
         :class:`ChangeLogGapError` as soon as a change is found gone, before the chunk
         that would lack it (the log is trimmed from its oldest end, so a reader that
@@ -487,7 +482,7 @@ class StateStore:
             entries = self._call(
                 "read the change log",
                 lambda after=after: self.client.xrange(self.k_log, min=f"{after + 1}-0",
-                                                       max=f"{upto}-0", count=self.CHANGES_CHUNK),
+                                                       max=f"{upto}-0", count=size),
             )  # fmt: skip
             chunk = [_change(entry_id, fields) for entry_id, fields in entries]
             first, last = (chunk[0].version, chunk[-1].version) if chunk else (0, 0)
@@ -502,7 +497,8 @@ class StateStore:
     def changes(self, after: int, upto: int) -> list[Change]:
         """Changes ``after+1 .. upto`` in order, in one list (see :meth:`change_chunks`);
         :class:`ChangeLogGapError` if any is gone."""
-        return [change for chunk in self.change_chunks(after, upto) for change in chunk]
+        return [change for part in self.change_chunks(after, upto, max(upto - after, 1))
+                for change in part]
 
 
 def _change(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Change:

@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain, islice
 from typing import Literal
 
@@ -125,7 +126,7 @@ small Python objects per change, live in pymalloc's arenas of 1 MiB, and an aren
 back to the system only when all of it is free: the few objects that outlive a group
 (a new array's header, a cache entry) keep the arenas its objects filled. A process
 replaying a 1M BE-Gen change log into PSTBloom (stop 43, scratch ``frag4.py``, the log
-read and the state scanned in chunks of the same size, :data:`StateStore.CHANGES_CHUNK`):
+read and the state scanned in chunks of the same size):
 groups of 10,000 peaked at 361 MiB and held 331 after it (38 arenas more than before
 it, 56, with 1.3 MB more in them) in 20.4 s; of 2,500 322 and 305 MiB (11 more) in
 22.1 s; of 1,000 310 and 300 MiB in 26.1 s. A full reload parsing the million: 355 and
@@ -433,7 +434,8 @@ def _from_subscriptions(settings: WorkerSettings, store: StateStore, shard: Shar
     matcher, never all held at once; what changed during the scan is then replayed from
     the change log. Should the log no longer reach back to the scan's start, the state
     is read whole and atomically instead."""
-    index = build_index(settings.matcher, store.version(), store.scan, shard)
+    index = build_index(settings.matcher, store.version(), partial(store.scan, LOAD_CHUNK),
+                        shard)  # fmt: skip
     try:
         caught_up = _catch_up(index, store, store.version())
     except ChangeLogGapError:
@@ -594,38 +596,34 @@ def _refresh_snapshot(settings: WorkerSettings, store: StateStore, index: Worker
 
 
 def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
-    """Replay the change log into ``index`` up to version ``upto``, read a chunk at a
-    time (:meth:`StateStore.change_chunks`) and applied in bulk :data:`LOAD_CHUNK`
-    changes at a time, the index's version noted after each: a catch-up of any length
-    holds one such group of changes, and in between the index is whole at its version.
+    """Replay the change log into ``index`` up to version ``upto``, read and applied in
+    bulk :data:`LOAD_CHUNK` changes at a time (:meth:`StateStore.change_chunks`), the
+    index's version noted after each group: a catch-up of any length holds one such
+    group of changes, and in between the index is whole at its version.
     False (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError`
     if the log no longer reaches back to the index's version (the index stays whole at
     its version). A catch-up of more than one group logs its progress after a group once
     :data:`PROGRESS_SECONDS` passed since the last line, and after the last group (at 1M
     subscriptions a group takes about 0.25 s)."""
-    pending: list[Change] = []
     start = index.version
     logged = time.monotonic()
     with gc_paused():  # the changes read and decoded: see index.core.heap
-        for chunk in store.change_chunks(start, upto):
-            pending += chunk
-            while len(pending) >= LOAD_CHUNK or (pending and pending[-1].version == upto):
-                group, pending = pending[:LOAD_CHUNK], pending[LOAD_CHUNK:]
-                try:
-                    index.apply((change.sub_id, change.record, change.normal_form)
-                                for change in group)  # fmt: skip
-                except Exception:
-                    log.exception("replaying %d changes in bulk failed; reloading every "
-                                  "subscription", len(group))  # fmt: skip
-                    return False
-                index.version = group[-1].version
-                index.replayed += len(group)
-                if upto - start > LOAD_CHUNK and (
-                        index.version == upto or time.monotonic() - logged >= PROGRESS_SECONDS):
-                    logged = time.monotonic()
-                    log.info("%s: replayed %d of the %d changes after version %d (now at %d)",
-                             index.shard, index.version - start, upto - start, start,
-                             index.version)  # fmt: skip
+        for group in store.change_chunks(start, upto, LOAD_CHUNK):
+            try:
+                index.apply((change.sub_id, change.record, change.normal_form)
+                            for change in group)  # fmt: skip
+            except Exception:
+                log.exception("replaying %d changes in bulk failed; reloading every "
+                              "subscription", len(group))  # fmt: skip
+                return False
+            index.version = group[-1].version
+            index.replayed += len(group)
+            if upto - start > LOAD_CHUNK and (
+                    index.version == upto or time.monotonic() - logged >= PROGRESS_SECONDS):
+                logged = time.monotonic()
+                log.info("%s: replayed %d of the %d changes after version %d (now at %d)",
+                         index.shard, index.version - start, upto - start, start,
+                         index.version)  # fmt: skip
     return True
 
 

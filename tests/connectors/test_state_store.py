@@ -86,7 +86,6 @@ def test_a_scan_gives_every_subscription_chunk_by_chunk(
 ) -> None:
     """Redis's COUNT is a hint (a small hash comes whole); past its compact encoding
     (128 entries) a chunk holds about that many."""
-    monkeypatch.setattr(StateStore, "SCAN_CHUNK", 50)
     store.retention = 10_000
     store.apply([put(i, f"s{i}", f"a = {i}") for i in range(3000)]
                 + [delete(3000 + i, f"s{i}") for i in range(0, 3000, 3)])  # fmt: skip
@@ -99,7 +98,7 @@ def test_a_scan_gives_every_subscription_chunk_by_chunk(
         return cursor, found
 
     monkeypatch.setattr(store.client, "hscan", counted)
-    assert dict(store.scan()) == store.snapshot()[1]
+    assert dict(store.scan(50)) == store.snapshot()[1]
     assert len(chunks) > 10 and max(chunks) < 50 * 4
 
 
@@ -139,14 +138,13 @@ def test_the_log_keeps_every_change_of_the_latest_apply_past_the_retention(
 
 
 def test_the_log_is_read_a_chunk_at_a_time_and_a_trim_meanwhile_is_a_gap(
-    store: StateStore, monkeypatch: pytest.MonkeyPatch,
+    store: StateStore,
 ) -> None:
-    monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
     store.apply([put(i, f"s{i % 5}") for i in range(40)])
-    chunks = store.change_chunks(3, 40)
+    chunks = store.change_chunks(3, 40, 7)
     assert [len(chunk) for chunk in chunks] == [7, 7, 7, 7, 7, 2]
     assert [c.version for c in store.changes(3, 40)] == list(range(4, 41))
-    chunks = store.change_chunks(0, 40)
+    chunks = store.change_chunks(0, 40, 7)
     assert [c.version for c in next(chunks)] == list(range(1, 8))
     store.apply([put(40 + i, "late") for i in range(60)])  # trims 1..49 (retention 50)
     with pytest.raises(ChangeLogGapError, match="after version 7 up to 40"):

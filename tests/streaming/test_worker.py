@@ -160,10 +160,9 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The change log keeps a whole micro-batch past the retention (100 here): the worker
-    replays its 150 changes, read 7 at a time and applied 20 at a time, instead of
-    reading every subscription again, and logs its progress (here after every group)."""
+    replays its 150 changes, read and applied 20 at a time, instead of reading every
+    subscription again, and logs its progress (here after every group)."""
     settings, store = state
-    monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
     monkeypatch.setattr(worker, "LOAD_CHUNK", 20)
     monkeypatch.setattr(worker, "PROGRESS_SECONDS", 0.0)
     exprs = {f"s{i}": f"a >= {i % 5}" for i in range(30)}
@@ -202,15 +201,15 @@ def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
     """The changes a catch-up reads live until their group is applied, so the collector
     stays off throughout (index.core.heap.gc_paused), and on again after."""
     settings, store = state
-    monkeypatch.setattr(StateStore, "CHANGES_CHUNK", 7)
+    monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
     store.apply([put(0, "s0", "a = 1")])
     index = worker.sync_index(settings, 1)
     store.apply([put(i, f"s{i}", f"a >= {i % 5}") for i in range(1, 31)])
     collector_on: list[bool] = []
     change_chunks = StateStore.change_chunks
 
-    def watched(self: StateStore, start: int, upto: int) -> Iterator[list[Change]]:
-        for chunk in change_chunks(self, start, upto):
+    def watched(self: StateStore, start: int, upto: int, size: int) -> Iterator[list[Change]]:
+        for chunk in change_chunks(self, start, upto, size):
             collector_on.append(gc.isenabled())
             yield chunk
 
@@ -376,8 +375,8 @@ def scan_with_writes(
     the state."""
     scan = StateStore.scan
 
-    def interleaved(self: StateStore) -> Iterator[tuple[str, str]]:
-        for n, item in enumerate(scan(self)):
+    def interleaved(self: StateStore, size: int) -> Iterator[tuple[str, str]]:
+        for n, item in enumerate(scan(self, size)):
             if n == after:
                 for write in writes:
                     store.apply([write])
@@ -397,7 +396,7 @@ def test_a_reload_ends_at_the_state_that_the_log_reaches_whatever_changed_while_
     settings, store = state
     settings = dataclasses.replace(settings, retention=retention)
     store.retention = retention
-    monkeypatch.setattr(StateStore, "SCAN_CHUNK", 4)
+    monkeypatch.setattr(worker, "LOAD_CHUNK", 4)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
     # rebuilt, at version 1: the log does not reach back to the empty state
     store.rebuild({sid: dumps_record(e, "who", {}) for sid, e in exprs.items()})
