@@ -7,8 +7,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint bench clean system-deps jars
 
-# The install also builds the compiled loops (index/_kernels.c) in place, with gcc.
-$(STAMP): pyproject.toml index/_kernels.c | system-deps
+# The install also builds the compiled loops (the .c files under src/) in place, with gcc.
+$(STAMP): pyproject.toml $(shell find src -name "*.c") | system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

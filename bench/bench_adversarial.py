@@ -45,15 +45,15 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
+sys.path.insert(0, str(REPO / "src"))  # this checkout's code, not the installed one
 
 from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
 
-import index  # noqa: E402
-from index import MATCHERS, make_matcher  # noqa: E402
-from index.begen.adversarial import EXPRESSIONS, values  # noqa: E402
-from index.errors import ExpressionError  # noqa: E402
-from index.language import parse_subscription  # noqa: E402
+import psmatch  # noqa: E402
+from psmatch import MATCHERS, make_matcher  # noqa: E402
+from psmatch.begen.adversarial import EXPRESSIONS, values  # noqa: E402
+from psmatch.errors import ExpressionError  # noqa: E402
+from psmatch.language import parse_subscription  # noqa: E402
 
 DOC = REPO / "docs" / "bench-adversarial.md"
 MB = 1 << 20
@@ -380,15 +380,15 @@ def _machine() -> str:
 
 
 def _revision() -> str:
-    """The commit measured, and whether index/ differs from it."""
+    """The commit measured, and whether src/psmatch/ differs from it."""
     try:
         commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "index"],
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "an unknown commit"
-    return f"commit {commit}" + (" with uncommitted changes to index/" if dirty else "")
+    return f"commit {commit}" + (" with uncommitted changes to src/psmatch/" if dirty else "")
 
 
 _HEADER = """# Adversarial benchmark (issue 9)
@@ -437,9 +437,9 @@ def main() -> None:
     if args.worker:
         _worker(args.worker)
         return
-    if not Path(index.__file__).resolve().is_relative_to(REPO):
-        parser.error(f"index is imported from {index.__file__}, not from {REPO}: "
-                     f"run with PYTHONPATH={REPO}")
+    if not Path(psmatch.__file__).resolve().is_relative_to(REPO):
+        parser.error(f"psmatch is imported from {psmatch.__file__}, not from {REPO}: "
+                     f"run with PYTHONPATH={REPO / 'src'}")
     args.matchers = [m for m in args.matchers.split(",") if m]
     limits = Limits(args.cpu_seconds, args.memory_mb)
     command = "$ .venv/bin/python bench/bench_adversarial.py " + shlex.join(sys.argv[1:])

@@ -1,7 +1,7 @@
 """Fault-injection measurements of the streaming service (a script, not a test).
 
-Runs the phases of ``tests/streaming/test_faults.py`` (harness:
-``tests/streaming/faults.py``) with a Kafka broker, a redis-server and a ``psmatch run``
+Runs the phases of ``tests/service/test_faults.py`` (harness:
+``tests/service/faults.py``) with a Kafka broker, a redis-server and a ``psmatch run``
 job of its own: while good events are published at ``--rate`` per second, it sends every
 poison and malformed record kind through each client, ``kill -9``\\ s redis-server (back
 after ``--redis-down`` s), stops the broker for ``--broker-down`` s and ``kill -9``\\ s the
@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from tests.streaming.faults import TABLE_HEADER, FaultRun, PhaseResult  # noqa: E402
+from tests.service.faults import TABLE_HEADER, FaultRun, PhaseResult  # noqa: E402
 
 log = logging.getLogger("bench")
 

@@ -48,9 +48,9 @@ void dump(void) { CALLGRIND_DUMP_STATS; }
 # events adds library. Each dump closes one counted step.
 _MEASURE = """
 import ctypes, sys
-from index import make_matcher
-from index.begen import BEGenParams, generate
-from index.language import parse_subscription
+from psmatch import make_matcher
+from psmatch.begen import BEGenParams, generate
+from psmatch.language import parse_subscription
 name, n, e, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 toggle = ctypes.CDLL(sys.argv[5])
 w = generate(BEGenParams(subscriptions=n + 2 * k, events=2 * e, seed=7))
@@ -107,7 +107,7 @@ def measure(worktree: Path, matcher: str, args: argparse.Namespace, library: Pat
 
 
 def build_kernels(tree: Path) -> None:
-    """Build a checkout's compiled loops (``index/_kernels.c``, since stop 40) in place, as
+    """Build a checkout's compiled loops (``src/psmatch/core/_kernels.c``) in place, as
     ``pip install -e`` does in the repository, so that the checkout imports from its
     own tree: with the flags of ``pyproject.toml``'s ``ext-modules``."""
     source = tree / "index" / "_kernels.c"

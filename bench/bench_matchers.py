@@ -48,12 +48,12 @@ import numpy as np
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
+sys.path.insert(0, str(REPO / "src"))  # this checkout's code, not the installed one
 
 from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
 
-from index import MATCHERS, make_matcher  # noqa: E402
-from index.begen import BEGenParams, add_params_arguments, generate, params_from_args  # noqa: E402
+from psmatch import MATCHERS, make_matcher  # noqa: E402
+from psmatch.begen import BEGenParams, add_params_arguments, generate, params_from_args  # noqa: E402
 
 MB = 1 << 20
 
@@ -66,7 +66,7 @@ def _parser() -> argparse.ArgumentParser:
         "Writes docs/bench-matchers.md and docs/bench-matchers.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    workload = parser.add_argument_group("workload (BE-Gen parameters, see index/begen/)")
+    workload = parser.add_argument_group("workload (BE-Gen parameters, see src/psmatch/begen/)")
     add_params_arguments(workload, events=10_000)
     run = parser.add_argument_group("run")
     run.add_argument(
@@ -422,7 +422,7 @@ Command: `{_command_line()}`
 Date: {started:%Y-%m-%d %H:%M} UTC (whole run {seconds / 60:.1f} min). Machine: {_machine()}.
 Each matcher ran in its own subprocess pinned to core {args.cpu}.
 
-Workload (BE-Gen, `index/begen/`): {workload}. The index holds {args.subscriptions:,}
+Workload (BE-Gen, `src/psmatch/begen/`): {workload}. The index holds {args.subscriptions:,}
 subscriptions; {args.updates:,} more are the fresh ones for the add test. Matching
 probability measured: {measured}; target {params.matching_probability:.4%}.
 

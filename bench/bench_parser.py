@@ -2,21 +2,21 @@
 loading them in the workers (a script, not a test).
 
 What the driver does for each record of the subscriptions topic is
-:func:`streaming.records.parse_subscription_record`: decode the JSON value, parse and
-normalise the expression (:func:`index.language.parse_subscription`) and re-encode the
+:func:`psmatch.service.records.parse_subscription_record`: decode the JSON value, parse and
+normalise the expression (:func:`psmatch.language.parse_subscription`) and re-encode the
 stored form. This script measures, in CPU time per subscription on one pinned core:
 
 - ``tokenize``: the tokenizer alone, as the general parser uses it (since the
   conjunction fast path, a conjunction of comparisons is parsed without it);
-- ``parse``: :func:`index.language.parse_expression`, the text to its tree;
+- ``parse``: :func:`psmatch.language.parse_expression`, the text to its tree;
 - ``parse_subscription``: the same and the normal form (DNF, interval merging);
 - ``record``: ``parse_subscription_record`` on the bytes ``psmatch subscribe`` sends
-  (:func:`streaming.records.subscription_value`);
-- ``load``: :func:`streaming.records.load_stored` on the stored text and normal form the
+  (:func:`psmatch.service.records.subscription_value`);
+- ``load``: :func:`psmatch.service.records.load_stored` on the stored text and normal form the
   record became: the subscription's objects from its normal form
-  (:func:`index.normal_form.load_normal_form`) instead of a parse. A worker reads a
+  (:func:`psmatch.language.encoding.load_normal_form`) instead of a parse. A worker reads a
   group of logged normal forms into columns at once instead
-  (:func:`index.normal_form.load_normal_forms`, timed within a whole replay by
+  (:func:`psmatch.language.encoding.load_normal_forms`, timed within a whole replay by
   ``bench/bench_worker_reload.py``), and this one by one only for a group with a
   malformed form;
 
@@ -24,7 +24,7 @@ and derives the stages (normal form = parse_subscription - parse, record overhea
 record - parse_subscription). For a conjunction on distinct attributes,
 ``parse_subscription`` builds no tree, and its "normal form" stage is only what it costs
 beyond ``parse``. Two workloads: BE-Gen
-subscriptions (:mod:`index.begen`, the papers' operators on integers), and (``--mix``,
+subscriptions (:mod:`psmatch.begen`, the papers' operators on integers), and (``--mix``,
 0 to leave it out) a deterministic mix of every operator (``in``, ``not in``, ``like`` in
 its three forms, ``between``, ``!=``, booleans, strings) under ``or``/``not``/parenthesis
 nesting, on distinct attributes so that each one is satisfiable.
@@ -34,7 +34,8 @@ operations in turn on every 500 subscriptions, so that the machine's load falls 
 alike); the table gives the median and the best rate per CPU second
 (``time.process_time``: the cost on one core, whatever else the machine runs), and the
 median per wall second. ``--baseline COMMIT`` also measures that commit's
-``index/language.py`` and ``streaming/records.py`` (loaded beside the current ones, the
+``src/psmatch/language/__init__.py`` and ``src/psmatch/service/records.py`` (loaded
+beside the current ones, the
 baseline's records module bound to the baseline's parser) in the same passes, each
 operation of the baseline right after the current one on the same subscriptions: the
 two share the machine's load, and the table gives their ratio. With ``--write-table
@@ -66,14 +67,14 @@ from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's code, not the installed one
+sys.path.insert(0, str(REPO / "src"))  # this checkout's code, not the installed one
 
 from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
 
-from index import language  # noqa: E402
-from index.begen import add_params_arguments, generate, params_from_args  # noqa: E402
-from streaming import records as records_module  # noqa: E402
-from streaming.records import parse_subscription_record, subscription_value  # noqa: E402
+from psmatch import language  # noqa: E402
+from psmatch.begen import add_params_arguments, generate, params_from_args  # noqa: E402
+from psmatch.service import records as records_module  # noqa: E402
+from psmatch.service.records import parse_subscription_record, subscription_value  # noqa: E402
 
 OPERATIONS = ("tokenize", "parse", "parse_subscription", "record", "load")
 STAGES = (
@@ -91,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
         "and on a mix of every operator.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    workload = parser.add_argument_group("workload (BE-Gen parameters, see index/begen/)")
+    workload = parser.add_argument_group("workload (BE-Gen parameters, see src/psmatch/begen/)")
     add_params_arguments(workload, subscriptions=20_000, events=0)
     run = parser.add_argument_group("run")
     run.add_argument("--mix", type=int, default=20_000,
@@ -191,7 +192,7 @@ def _timed(operation: Callable[[Any], object], items: Sequence[Any]) -> tuple[fl
 
 
 Implementation = tuple[ModuleType, ModuleType]
-"""An ``index.language`` module and the ``streaming.records`` module that uses it."""
+"""An ``psmatch.language`` module and the ``psmatch.service.records`` module that uses it."""
 
 
 def _module(path: Path, name: str) -> ModuleType:
@@ -204,21 +205,22 @@ def _module(path: Path, name: str) -> ModuleType:
 
 
 def load_baseline(commit: str, scratch: Path) -> Implementation:
-    """``index/language.py`` and ``streaming/records.py`` of ``commit``, loaded as the
+    """``src/psmatch/language/__init__.py`` and ``src/psmatch/service/records.py`` of
+    ``commit``, loaded as the
     modules ``baseline_language`` and ``baseline_records``; the latter imports the
-    former as its ``index.language`` (the rest of the package is the current one)."""
-    for path in ("index/language.py", "streaming/records.py"):
+    former as its ``psmatch.language`` (the rest of the package is the current one)."""
+    for path in ("src/psmatch/language/__init__.py", "src/psmatch/service/records.py"):
         text = _git("show", f"{commit}:{path}")
         if not text:
             raise SystemExit(f"error: no {path} at commit {commit!r}")
         (scratch / Path(path).name).write_text(text + "\n", encoding="utf-8")
     baseline_language = _module(scratch / "language.py", "baseline_language")
-    current = sys.modules["index.language"]
-    sys.modules["index.language"] = baseline_language
+    current = sys.modules["psmatch.language"]
+    sys.modules["psmatch.language"] = baseline_language
     try:
         baseline_records = _module(scratch / "records.py", "baseline_records")
     finally:
-        sys.modules["index.language"] = current
+        sys.modules["psmatch.language"] = current
     return baseline_language, baseline_records
 
 
@@ -285,7 +287,8 @@ def _git(*args: str) -> str:
 
 def _commit() -> str:
     commit = _git("rev-parse", "--short", "HEAD")
-    dirty = _git("status", "--porcelain", "--", "index/language.py", "streaming/records.py")
+    dirty = _git("status", "--porcelain", "--", "src/psmatch/language/__init__.py",
+                 "src/psmatch/service/records.py")
     return commit + (" + uncommitted changes to the parser" if dirty else "")
 
 
@@ -330,8 +333,9 @@ def _stage_us(by_op: dict[str, dict[str, float]], op: str, minus: str | None) ->
 def _section(label: str, args: argparse.Namespace, started: datetime, load: str,
              rates: Rates, sizes: dict[str, int]) -> str:
     command = shlex.join([".venv/bin/python", "bench/bench_parser.py", *sys.argv[1:]])
-    baseline = (f" Baseline: commit {args.baseline}'s `index/language.py` and "
-                "`streaming/records.py`, measured in the same passes." if args.baseline else "")
+    baseline = (f" Baseline: commit {args.baseline}'s `src/psmatch/language/__init__.py` and "
+                "`src/psmatch/service/records.py`, measured in the same passes."
+                if args.baseline else "")
     return (
         f"## {label}\n\n"
         f"Command: `{command}`\n\n"

@@ -1,11 +1,11 @@
 """What notification records cost the service's writer in CPU, and how much room they
 take in the broker's log, per sink codec.
 
-A script, not a test. Starts its own Kafka broker (``connectors.local``), generates
-BE-Gen events with ``python -m index.begen``, builds the notification records the
+A script, not a test. Starts its own Kafka broker (``psmatch.devservers.local``), generates
+BE-Gen events with ``python -m psmatch.begen``, builds the notification records the
 service would write for them (``--per-event`` matches per event, heads of distinct
-subscriptions, :mod:`streaming.records`), writes the same records to one new topic per
-codec and pass with the service's writer (:class:`connectors.kafka.RecordSink`), and
+subscriptions, :mod:`psmatch.service.records`), writes the same records to one new topic per
+codec and pass with the service's writer (:class:`psmatch.adapters.kafka.RecordSink`), and
 reports for each codec the CPU time this process spent per record from the first
 ``write`` to the end of ``flush`` (``time.process_time``: the writing thread and
 librdkafka's, which compress and send; the median of ``--repeats`` passes, the codecs
@@ -31,18 +31,18 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from connectors.kafka import RecordSink, SinkSettings, ensure_topics  # noqa: E402
-from connectors.local import release_shared_services, shared_services  # noqa: E402
-from streaming.records import (  # noqa: E402
+from psmatch.adapters.kafka import RecordSink, SinkSettings, ensure_topics  # noqa: E402
+from psmatch.devservers.local import release_shared_services, shared_services  # noqa: E402
+from psmatch.service.records import (  # noqa: E402
     dumps_record,
     load_stored,
     notification_head,
     notification_tail,
     notification_value,
 )
-from streaming.worker import output_records  # noqa: E402
+from psmatch.service.worker import output_records  # noqa: E402
 
 
 def notification_records(events: list[bytes], per_event: int) -> list[tuple[bytes, bytes]]:
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="passes over the codecs")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="psmatch-bench-") as work:
-        subprocess.run([sys.executable, "-m", "index.begen", "--subscriptions", "1000",
+        subprocess.run([sys.executable, "-m", "psmatch.begen", "--subscriptions", "1000",
                         "--events", str(args.events), "--out", work, "--measure-subscriptions",
                         "0", "--measure-events", "0"], check=True, cwd=ROOT,
                        capture_output=True)  # fmt: skip

@@ -1,7 +1,7 @@
 """End-to-end benchmark of the streaming service (a script, not a test).
 
 Starts its own Kafka broker and Redis (or uses ``--bootstrap-servers``/``--redis-url``),
-generates a BE-Gen workload with ``python -m index.begen``, subscribes all of it, runs
+generates a BE-Gen workload with ``python -m psmatch.begen``, subscribes all of it, runs
 the Spark job in this process and measures:
 
 1. *throughput*: a backlog of events is published at once and drained; events/s in and
@@ -24,7 +24,7 @@ the Spark job in this process and measures:
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
    (the same events, published the same way, to a topic of its own) through Spark with
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
-   (:func:`streaming.records.parse_event`), one output record per event -> Kafka; psmatch's
+   (:func:`psmatch.service.records.parse_event`), one output record per event -> Kafka; psmatch's
    events/s are reported as a ratio of its events/s;
 4. *where a batch's time goes*: Kafka read + subscription validation, Redis, match +
    write, and inside the workers catch-up, JSON parsing, matching and encoding; the
@@ -37,7 +37,7 @@ the Spark job in this process and measures:
    expression of the workload, published as fast as the producer writes; changes/s from
    the first published to the last applied in Redis with the workers caught up;
 6. *a new worker* (last): a fresh Python process brings the index to the state's version
-   as a Python worker that starts now does (:func:`streaming.worker.sync_index`, with the
+   as a Python worker that starts now does (:func:`psmatch.service.worker.sync_index`, with the
    job's settings: the snapshot the running workers keep fresh, then the change log
    after it), its wall and CPU time, peak memory and the changes it replayed.
 
@@ -73,19 +73,19 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from bench_worker_reload import worker_step  # noqa: E402 - beside this script
 
-from connectors.kafka import (  # noqa: E402
+from psmatch.adapters.kafka import (  # noqa: E402
     JsonProducer,
     TopicReader,
     ensure_topics,
     service_topics,
 )
-from connectors.local import release_shared_services, shared_services  # noqa: E402
-from streaming.config import ServiceConfig  # noqa: E402
-from streaming.job import (  # noqa: E402
+from psmatch.devservers.local import release_shared_services, shared_services  # noqa: E402
+from psmatch.service.config import ServiceConfig  # noqa: E402
+from psmatch.service.job import (  # noqa: E402
     BatchReport,
     build_spark,
     start_query,
@@ -201,7 +201,7 @@ def main() -> int:
     ap.add_argument("--subscriptions", type=int, default=100_000)
     ap.add_argument("--event-pool", type=int, default=20_000, help="distinct BE-Gen events")
     ap.add_argument("--matching-probability", type=float, default=None,
-                    help="BE-Gen matching probability (default: index.begen's)")  # fmt: skip
+                    help="BE-Gen matching probability (default: psmatch.begen's)")  # fmt: skip
     ap.add_argument("--backlog", type=int, default=20_000, help="events of the throughput phase")
     ap.add_argument("--rate", type=float, default=1000, help="events/s of the latency phase")
     ap.add_argument("--duration", type=float, default=60, help="seconds of the latency phase")
@@ -211,7 +211,7 @@ def main() -> int:
     ap.add_argument("--trigger", type=float, default=1.0)
     ap.add_argument("--matcher", default="psthash")
     ap.add_argument("--shards", type=int, default=1,
-                    help="subscription shards (streaming.shards): one index per shard")
+                    help="subscription shards (psmatch.service.shards): one index per shard")
     ap.add_argument("--max-offsets-per-trigger", type=int, default=0)
     ap.add_argument("--churn", type=int, default=0,
                     help="last phase: this many live subscriptions replaced (each id given "
@@ -232,7 +232,7 @@ def main() -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     work = Path(tempfile.mkdtemp(prefix="psmatch-bench-"))
-    gen = [sys.executable, "-m", "index.begen", "--subscriptions", str(args.subscriptions),
+    gen = [sys.executable, "-m", "psmatch.begen", "--subscriptions", str(args.subscriptions),
            "--events", str(args.event_pool), "--out", str(work / "workload"),
            "--measure-subscriptions", "0"]  # fmt: skip
     if args.matching_probability is not None:
@@ -511,11 +511,11 @@ def wait(predicate: Any, timeout: float, query: Any, progress: Any = None) -> No
 
 def decode_only(batches: Any) -> Any:
     """The ceiling's ``mapInArrow`` function: each event decoded and validated as the
-    workers do (:func:`streaming.records.parse_event`), one output record per event."""
+    workers do (:func:`psmatch.service.records.parse_event`), one output record per event."""
     import pyarrow as pa
 
-    from streaming.records import parse_event
-    from streaming.worker import OUTPUT_SCHEMA
+    from psmatch.service.records import parse_event
+    from psmatch.service.worker import OUTPUT_SCHEMA
 
     for batch in batches:
         cols = batch.to_pydict()
@@ -534,7 +534,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     published, and the clock stops when the query has read all of it."""
     from pyspark.sql import functions as F
 
-    from connectors.kafka import sink_settings, spark_kafka_options
+    from psmatch.adapters.kafka import sink_settings, spark_kafka_options
 
     source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
     ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},

@@ -2,12 +2,12 @@
 
 A script, not a test. Starts its own redis-server (or uses ``--redis-url``), stores a
 BE-Gen workload's subscriptions in the Redis state (as the driver stores them) and times
-what a Spark Python worker does in :func:`streaming.worker.sync_index`, each step in a
+what a Spark Python worker does in :func:`psmatch.service.worker.sync_index`, each step in a
 fresh Python process (as a new worker), reporting its wall and CPU time and its peak
 resident memory:
 
 1. *full reload + snapshot write*: a worker with no index reads every subscription from
-   Redis, builds its matcher and writes its index snapshot (:mod:`streaming.snapshots`);
+   Redis, builds its matcher and writes its index snapshot (:mod:`psmatch.service.snapshots`);
 2. ``--changes`` puts are then applied to the state (each replacing a subscription),
    validated as the job validates them, their normal forms logged beside them;
 3. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
@@ -31,16 +31,16 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from connectors.local import RedisServer  # noqa: E402
-from connectors.state import SourceChange, StateStore  # noqa: E402
-from streaming.records import (  # noqa: E402
+from psmatch.adapters.state import SourceChange, StateStore  # noqa: E402
+from psmatch.devservers.local import RedisServer  # noqa: E402
+from psmatch.service.records import (  # noqa: E402
     dumps_record,
     parse_subscription_record,
     subscription_value,
 )
-from streaming.worker import WorkerSettings  # noqa: E402
+from psmatch.service.worker import WorkerSettings  # noqa: E402
 
 log = logging.getLogger("bench")
 
@@ -59,8 +59,8 @@ def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
         "rejected_topic", "snapshot_dir", "shards")}  # fmt: skip
     code = (
         "import json, re, sys, time\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from streaming.worker import WorkerSettings, sync_index\n"
+        f"sys.path.insert(0, {str(ROOT / 'src')!r})\n"
+        "from psmatch.service.worker import WorkerSettings, sync_index\n"
         f"settings = WorkerSettings(**json.loads({json.dumps(fields)!r}))\n"
         "t, c = time.perf_counter(), time.process_time()\n"
         f"index = sync_index(settings, {version})\n"
@@ -85,7 +85,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="psmatch-reload-"))
-    gen = [sys.executable, "-m", "index.begen", "--subscriptions", str(args.subscriptions),
+    gen = [sys.executable, "-m", "psmatch.begen", "--subscriptions", str(args.subscriptions),
            "--events", "10", "--matching-probability", str(args.matching_probability),
            "--out", str(work / "workload"), "--measure-subscriptions", "0"]  # fmt: skip
     log.info("generating the BE-Gen workload: %s", " ".join(gen[2:]))

@@ -3,7 +3,7 @@
 # Debian's redis-server, a Java 17 runtime (Kafka, Spark), Maven (fetches the jars) and
 # prometheus (the server tests/deploy scrapes the job's metrics with), kcat (the outside
 # Kafka client the fault-injection tests produce with) and gcc (the install builds the
-# compiled loops, index/_kernels.c).
+# compiled loops, src/psmatch/core/_kernels.c).
 # Needs root (or sudo) only when something is missing.
 set -euo pipefail
 missing=()

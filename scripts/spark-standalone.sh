@@ -6,4 +6,4 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
-exec "$root/.venv/bin/python" -m connectors.standalone "$@"
+exec "$root/.venv/bin/python" -m psmatch.devservers.standalone "$@"

@@ -17,12 +17,17 @@ from typing import Any
 
 import pytest
 
-from connectors.local import LocalServices, free_port, release_shared_services, shared_services
-from streaming.config import ServiceConfig
+from psmatch.devservers.local import (
+    LocalServices,
+    free_port,
+    release_shared_services,
+    shared_services,
+)
+from psmatch.service.config import ServiceConfig
 
 SERVER_FIXTURES = frozenset({
     ("tests.conftest", "services"),
-    ("tests.streaming.conftest", "spark"),
+    ("tests.service.conftest", "spark"),
     ("tests.deploy.conftest", "start_job"),
     ("tests.deploy.conftest", "start_prometheus"),
 })  # fmt: skip

@@ -5,7 +5,7 @@ A fenced block is one of:
 * ``python`` with ``>>>`` prompts: a doctest (tests/test_docs.py), the blocks of one
   file sharing their names like one interpreter session;
 * ``console``: a terminal session, ``$ command`` lines followed by their output, run
-  against real Kafka, Redis and Spark (tests/streaming/test_doc_sessions.py);
+  against real Kafka, Redis and Spark (tests/service/test_doc_sessions.py);
 * ``json``: a record format, which must parse;
 * ``text`` or no language: a diagram or prose, not code;
 * anything else (``sh``, ``python`` without prompts, ...), or any block the tests cannot

@@ -2,7 +2,7 @@
 
 The kinds of blocks and the ``not executed`` marker are described in tests/docblocks.py.
 Here: the Python sessions run as doctests and the JSON formats parse; the console
-sessions run against real servers in tests/streaming/test_doc_sessions.py.
+sessions run against real servers in tests/service/test_doc_sessions.py.
 """
 
 from __future__ import annotations

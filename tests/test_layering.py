@@ -9,20 +9,22 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("index", "streaming", "connectors")
-SERVICE = ("streaming", "connectors")
+SRC = REPO / "src"
+PACKAGES = ("psmatch",)
+SERVICE = ("psmatch.service", "psmatch.adapters", "psmatch.devservers")
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(REPO).with_suffix("").parts
+    parts = path.relative_to(SRC).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def project_modules() -> dict[str, Path]:
-    """The project's modules: its Python files, and its C extensions (``index/_kernels.c``
-    is ``index._kernels``), which import no module of the project."""
+    """The project's modules: its Python files, and its C extensions
+    (``src/psmatch/core/_kernels.c`` is ``psmatch.core._kernels``), which import no module
+    of the project."""
     return {module_name(path): path for package in PACKAGES
-            for pattern in ("*.py", "*.c") for path in sorted((REPO / package).rglob(pattern))}
+            for pattern in ("*.py", "*.c") for path in sorted((SRC / package).rglob(pattern))}
 
 
 def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
@@ -90,16 +92,22 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_project():
     graph = import_graph()
-    assert {"index", "index.core.pipeline", "streaming.worker", "connectors.metrics"} <= set(graph)
-    assert "index.core.registry" in graph["index.core.pipeline"]
-    assert "index" in graph["streaming.worker"]
-    assert "index._kernels" in graph["index.core.columns"] and not graph["index._kernels"]
+    assert {"psmatch", "psmatch.core.pipeline", "psmatch.service.worker",
+            "psmatch.service.metrics"} <= set(graph)
+    assert "psmatch.core.registry" in graph["psmatch.core.pipeline"]
+    assert "psmatch" in graph["psmatch.service.worker"]
+    assert "psmatch.core._kernels" in graph["psmatch.core.columns"]
+    assert not graph["psmatch.core._kernels"]
 
 
 def test_the_library_imports_nothing_of_the_service():
     graph = import_graph()
-    offending = {name: sorted(t for t in targets if t.split(".")[0] in SERVICE)
-                 for name, targets in graph.items() if name.split(".")[0] == "index"}
+    def service(name: str) -> bool:
+        return name.startswith(tuple(f"{s}." for s in SERVICE)) or name in SERVICE
+
+    offending = {name: sorted(t for t in targets if service(t))
+                 for name, targets in graph.items()
+                 if not service(name) and name != "psmatch.__main__"}
     assert {name: t for name, t in offending.items() if t} == {}
 
 

@@ -3,7 +3,7 @@
 docker-compose.yml, deploy/prometheus.yml, the Grafana provisioning and dashboard, the
 Dockerfile and docs/operations.md refer to each other by service names, ports, paths,
 datasource uid, job name and metric names; each reference is checked here, and every
-metric the dashboard queries must be one that connectors.metrics really exports.
+metric the dashboard queries must be one that psmatch.service.metrics really exports.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from connectors.metrics import ServiceMetrics
-from streaming.config import ServiceConfig
+from psmatch.service.config import ServiceConfig
+from psmatch.service.metrics import ServiceMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

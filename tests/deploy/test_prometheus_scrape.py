@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.kafka import JsonProducer
-from streaming.config import ServiceConfig
+from psmatch.adapters.kafka import JsonProducer
+from psmatch.service.config import ServiceConfig
 from tests.deploy.conftest import ROOT, JobProcess, PrometheusServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]

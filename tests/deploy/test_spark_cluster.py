@@ -1,5 +1,5 @@
 """The job on a real Spark standalone cluster: a master and workers started from pyspark
-(``connectors.standalone``), ``psmatch run --spark-master spark://...`` in its own
+(``psmatch.devservers.standalone``), ``psmatch run --spark-master spark://...`` in its own
 process. Matching must run in Python workers under the executor process (not the
 driver); after the executor is killed with SIGKILL, the master starts a new one, the
 query goes on, every expected notification arrives and the metrics count the reload.
@@ -23,16 +23,16 @@ import psutil
 import pytest
 from kafka import KafkaConsumer
 
-from connectors.kafka import JsonProducer
-from connectors.local import free_port
-from connectors.standalone import StandaloneCluster
-from streaming.config import ServiceConfig
-from streaming.job import prepare, snapshot_dir
-from streaming.shards import Shard, shard_of
-from streaming.snapshots import snapshot_path
+from psmatch.adapters.kafka import JsonProducer
+from psmatch.devservers.local import free_port
+from psmatch.devservers.standalone import StandaloneCluster
+from psmatch.service.config import ServiceConfig
+from psmatch.service.job import prepare, snapshot_dir
+from psmatch.service.shards import Shard, shard_of
+from psmatch.service.snapshots import snapshot_path
 from tests.deploy.conftest import JobProcess
-from tests.streaming.test_end_to_end import expected_matches, random_events
-from tests.streaming.workload import random_subscriptions
+from tests.service.test_end_to_end import expected_matches, random_events
+from tests.service.workload import random_subscriptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 

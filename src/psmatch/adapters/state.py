@@ -1,0 +1,513 @@
+"""The subscription state in Redis: current subscriptions plus a versioned change log.
+
+This module owns every Redis key the service writes (all under one prefix, default
+``psmatch:``):
+
+``<prefix>subs``
+    hash: subscription id → the subscription record (a JSON string, see
+    :mod:`psmatch.service.records`); the live subscriptions, so a tombstone knows what to
+    remove and a worker can load everything at once.
+``<prefix>version``
+    the number of changes applied so far; version *v* is the state after the *v*-th
+    change.
+``<prefix>log``
+    a Redis stream whose entry ``<v>-0`` is the *v*-th change (``op`` = ``put`` with
+    ``id``, ``rec`` and, unless too large, ``nf``, the expression's normal form, so that
+    the workers need not parse it again; or ``del`` with ``id``). Trimmed to the last
+    ``retention`` changes, but never within the changes of the latest micro-batch
+    (:meth:`StateStore.apply`'s ``floor``): the workers catch up to every batch from
+    the log however many changes it had, instead of reading every subscription again
+    (so the log holds up to the larger of ``retention`` and the largest batch's
+    changes). A worker further behind reloads ``subs`` instead.
+``<prefix>offsets``
+    hash: ``<topic>:<partition>`` → offset of the last subscription record applied.
+    A change whose offset is not above it is skipped, so applying the same micro-batch
+    twice (a replay after a crash) leaves the same state and the same version.
+
+Each :meth:`StateStore.apply` chunk runs as one Lua script, so readers never see half
+of a chunk.
+
+Redis outages are waited out here, for every caller (the driver's ``foreachBatch`` and
+the executors' Python workers alike): a connection error or timeout is retried with
+exponential backoff and jitter until ``retry_seconds`` have passed since the first
+failure, one log line per retry; past that, :class:`StateUnavailableError`. Retrying a
+change is safe because of the offset check above. :func:`redis_retry_stats` tells the
+metrics how many retries this process made and how long the current outage has lasted.
+A wrong password fails at once (:class:`StateAuthenticationError`). Neither log lines nor
+errors ever contain a password: the server is named by :func:`redact_url`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from psmatch.errors import PsmatchError
+
+
+class StateError(PsmatchError):
+    """Redis subscription state that cannot be read or written."""
+
+
+class ChangeLogGapError(StateError):
+    """The change log no longer holds the changes a reader needs (trimmed or rebuilt)."""
+
+
+class StateUnavailableError(StateError):
+    """Redis stayed unreachable for longer than the store waits (``retry_seconds``)."""
+
+
+class StateAuthenticationError(StateError):
+    """Redis refused the connection's credentials (a wrong or missing password)."""
+
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_RETRY_SECONDS = 300.0
+# Backoff between retries: the n-th wait is uniform in [d/2, d], d = min(CAP, BASE * 2**n):
+# quick retries for a blip, no more than one attempt (and one log line) per CAP seconds
+# in a long outage, and jitter so that many workers do not reconnect in lockstep.
+RETRY_BASE_S = 0.25
+RETRY_CAP_S = 10.0
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+@dataclass(frozen=True, slots=True)
+class RedisRetryStats:
+    """This process's Redis retries, for the metrics.
+
+    ``retries``: connection errors retried since the process started (a counter);
+    ``outages``: times Redis went from reachable to unreachable (a counter);
+    ``waiting_seconds``: how long the current outage has lasted, 0 when Redis answers.
+    """
+
+    retries: int
+    outages: int
+    waiting_seconds: float
+
+
+class _RetryState:
+    """Process-wide retry figures: a store's calls may run in several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.retries = 0
+        self.outages = 0
+        self._waiting: dict[int, float] = {}  # thread id -> monotonic start of its wait
+
+    def retry(self, started: float) -> None:
+        with self._lock:
+            if not self._waiting:
+                self.outages += 1
+            self._waiting[threading.get_ident()] = started
+            self.retries += 1
+
+    def recovered(self) -> None:
+        with self._lock:
+            self._waiting.pop(threading.get_ident(), None)
+
+    def snapshot(self) -> RedisRetryStats:
+        with self._lock:
+            since = min(self._waiting.values(), default=None)
+            waited = 0.0 if since is None else time.monotonic() - since
+            return RedisRetryStats(self.retries, self.outages, waited)
+
+
+_RETRIES = _RetryState()
+
+
+def redis_retry_stats() -> RedisRetryStats:
+    """Retries and the current outage's length in this process (see :class:`StateStore`)."""
+    return _RETRIES.snapshot()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceChange:
+    """A subscription change read from Kafka, to be applied to the state.
+
+    ``record`` is the JSON text of the subscription for a put, ``None`` for a delete;
+    ``normal_form`` the text of its expression's DNF (see
+    :attr:`psmatch.service.records.SubscriptionChange.normal_form`), for the change log only.
+    """
+
+    source: str  # "<topic>:<partition>"
+    offset: int
+    sub_id: str
+    record: str | None
+    normal_form: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of the change log."""
+
+    version: int
+    op: Literal["put", "del"]
+    sub_id: str
+    record: str | None
+    normal_form: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    version: int
+    applied: int
+    skipped: int
+
+
+_APPLY_LUA = """
+local retention = tonumber(ARGV[1])
+local floor = tonumber(ARGV[2])  -- the version before the apply() this chunk is part of
+local v = tonumber(redis.call('GET', KEYS[2]) or '0')
+local applied = 0
+local skipped = 0
+local last = {}  -- per source: the last applied offset, read once, written once
+local i = 3
+while i <= #ARGV do
+  local src = ARGV[i]
+  local off = tonumber(ARGV[i + 1])
+  local op = ARGV[i + 2]
+  local id = ARGV[i + 3]
+  local rec = ARGV[i + 4]
+  local nf = ARGV[i + 5]
+  i = i + 6
+  if last[src] == nil then
+    last[src] = tonumber(redis.call('HGET', KEYS[4], src) or '-1')
+  end
+  if off > last[src] then
+    last[src] = off
+    if op == 'put' then
+      redis.call('HSET', KEYS[1], id, rec)
+      v = v + 1
+      if nf == '' then
+        redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec)
+      else
+        redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec, 'nf', nf)
+      end
+      applied = applied + 1
+    elseif redis.call('HDEL', KEYS[1], id) == 1 then
+      v = v + 1
+      redis.call('XADD', KEYS[3], v .. '-0', 'op', 'del', 'id', id)
+      applied = applied + 1
+    else
+      skipped = skipped + 1
+    end
+  else
+    skipped = skipped + 1
+  end
+end
+for src, off in pairs(last) do
+  redis.call('HSET', KEYS[4], src, off)
+end
+redis.call('SET', KEYS[2], v)
+local keep_from = math.min(v - retention, floor) + 1
+if keep_from > 1 then
+  redis.call('XTRIM', KEYS[3], 'MINID', keep_from .. '-0')
+end
+return {v, applied, skipped}
+"""
+
+_REBUILD_LUA = """
+local v = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+redis.call('SET', KEYS[2], v)
+return v
+"""
+
+
+class StateStore:
+    """Reads and writes the subscription state under one Redis key prefix.
+
+    Every method waits out a Redis outage of up to ``retry_seconds`` (see the module
+    docstring); ``retry_seconds=0`` fails at the first connection error.
+    """
+
+    APPLY_CHUNK = 2000
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        prefix: str = "psmatch:",
+        retention: int = 200_000,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ):
+        if retention < 1:
+            raise StateError("the change log retention must be >= 1")
+        if retry_seconds < 0:
+            raise StateError("the Redis retry time must be >= 0 seconds")
+        if client.connection_pool.connection_kwargs.get("decode_responses"):
+            raise StateError("the state store reads bytes from Redis: give it a client "
+                             "made without decode_responses")
+        self.client = client
+        self.prefix = prefix
+        self.retention = retention
+        self.retry_seconds = retry_seconds
+        kw = client.connection_pool.connection_kwargs
+        where = kw.get("path") or f"{kw.get('host', '?')}:{kw.get('port', '?')}/{kw.get('db', 0)}"
+        self.where = f"Redis at {where}"
+        self._password = kw.get("password") or None
+        self.k_subs = prefix + "subs"
+        self.k_version = prefix + "version"
+        self.k_log = prefix + "log"
+        self.k_offsets = prefix + "offsets"
+        self._apply = client.register_script(_APPLY_LUA)
+        self._rebuild = client.register_script(_REBUILD_LUA)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        prefix: str = "psmatch:",
+        retention: int = 200_000,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> StateStore:
+        """A store on ``redis://[[user]:password@]host:port/db``, ``rediss://`` (TLS) or
+        ``unix://``; a ``ssl_ca_certs=<file>`` query parameter names the CA bundle that
+        verifies a ``rediss://`` server."""
+        parts = urlsplit(url)
+        query = dict(parse_qsl(parts.query))
+        ca_file = query.pop("ssl_ca_certs", None)
+        query.pop("decode_responses", None)  # the store decodes what it reads itself
+        url = urlunsplit(parts._replace(query=urlencode(query)))
+        options: dict[str, Any] = {"ssl_ca_certs": ca_file} if ca_file else {}
+        client = redis.Redis.from_url(
+            url,
+            decode_responses=False,
+            socket_timeout=30,
+            socket_connect_timeout=10,
+            retry=Retry(NoBackoff(), 0),  # the store's own retry loop is the only one
+            **options,
+        )
+        return cls(client, prefix, retention, retry_seconds)
+
+    @property
+    def _keys(self) -> list[str]:
+        return [self.k_subs, self.k_version, self.k_log, self.k_offsets]
+
+    def _call(self, what: str, fn: Callable[[], T], retry: bool = True) -> T:
+        """``fn()``, retrying connection errors until ``retry_seconds`` have passed.
+
+        ``what`` completes "could not ..." in messages. Any other Redis error is a
+        :class:`StateError` at once.
+        """
+        started: float | None = None
+        attempt = 0
+        while True:
+            try:
+                result = fn()
+            except redis.AuthenticationError as exc:
+                raise StateAuthenticationError(
+                    f"{self.where} refused the credentials ({self._clean(exc)}): check the "
+                    "password (PSMATCH_REDIS_PASSWORD or --redis-password-file)"
+                ) from None
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                now = time.monotonic()
+                started = now if started is None else started
+                waited = now - started
+                left = self.retry_seconds - waited if retry else 0.0
+                if left <= 0:
+                    _RETRIES.recovered()
+                    if not retry or self.retry_seconds == 0:
+                        raise StateUnavailableError(
+                            f"could not {what}: {self.where} is not reachable "
+                            f"({self._clean(exc)})"
+                        ) from None
+                    raise StateUnavailableError(
+                        f"could not {what}: {self.where} stayed unreachable for "
+                        f"{waited:.1f} s after {attempt} retries (last error: "
+                        f"{self._clean(exc)}); giving up (redis_retry_seconds = "
+                        f"{self.retry_seconds:g}). Bring Redis back and start the job again: "
+                        "it resumes from its checkpoint."
+                    ) from None
+                cap = min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt)
+                delay = min(random.uniform(cap / 2, cap), left)
+                attempt += 1
+                _RETRIES.retry(started)
+                log.warning(
+                    "%s is not reachable (%s): retry %d in %.1f s, giving up in %.1f s",
+                    self.where, self._clean(exc), attempt, delay, left,
+                )  # fmt: skip
+                time.sleep(delay)
+                continue
+            except redis.RedisError as exc:
+                raise StateError(f"could not {what}: {self._clean(exc)}") from None
+            if started is not None:
+                _RETRIES.recovered()
+                log.warning(
+                    "%s is reachable again after %.1f s and %d retries",
+                    self.where, time.monotonic() - started, attempt,
+                )  # fmt: skip
+            return result
+
+    def _clean(self, exc: BaseException) -> str:
+        """The exception's text, with its type, never showing the password."""
+        text = f"{type(exc).__name__}: {exc}"
+        return text.replace(self._password, "***") if self._password else text
+
+    def ping(self) -> None:
+        """Fail at once (no retry) when Redis does not answer: for start-up checks."""
+        self._call("reach Redis", self.client.ping, retry=False)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def apply(self, changes: Sequence[SourceChange], floor: int | None = None) -> ApplyResult:
+        """Apply changes in order; those already applied (by source offset) are skipped.
+        The change log keeps every change after version ``floor`` (default: the version
+        when the call starts), and trims older ones past the retention (see the module
+        docstring). Calls that apply one micro-batch's partitions at the same time (the
+        executors' tasks, :mod:`psmatch.service.subscriptions`) pass the batch's first version,
+        so that none trims what another added.
+
+        A chunk retried after a lost connection (it may have run) is skipped by offset.
+        """
+        version = floor = self.version() if floor is None or not changes else floor
+        applied = skipped = 0
+        for start in range(0, len(changes), self.APPLY_CHUNK):
+            args: list[Any] = [self.retention, floor]
+            for c in changes[start : start + self.APPLY_CHUNK]:
+                op = "put" if c.record is not None else "del"
+                args += [c.source, c.offset, op, c.sub_id, c.record or "", c.normal_form or ""]
+            version, a, s = self._call(
+                "apply subscription changes",
+                lambda args=args: self._apply(keys=self._keys, args=args),
+            )
+            applied += int(a)
+            skipped += int(s)
+        return ApplyResult(int(version), applied, skipped)
+
+    def rebuild(self, records: Mapping[str, str], offsets: Mapping[str, int] | None = None) -> int:
+        """Replace the whole state with ``records`` (id → record JSON); returns the version.
+
+        The version moves forward by one and the change log is emptied, so every worker
+        notices the gap and reloads.
+        """
+
+        def rebuild() -> int:
+            version = int(self._rebuild(keys=self._keys))
+            pipe = self.client.pipeline(transaction=True)
+            items = list(records.items())
+            for start in range(0, len(items), 10_000):
+                pipe.hset(self.k_subs, mapping=dict(items[start : start + 10_000]))
+            if offsets:
+                pipe.hset(self.k_offsets, mapping={k: str(v) for k, v in offsets.items()})
+            pipe.execute()
+            return version
+
+        return self._call("rebuild the subscription state", rebuild)
+
+    def clear(self) -> None:
+        self._call("clear the subscription state", lambda: self.client.delete(*self._keys))
+
+    # -- reads -------------------------------------------------------------------------
+
+    def version(self) -> int:
+        value = self._call("read the state version", lambda: self.client.get(self.k_version))
+        return int(value or 0)
+
+    def get(self, sub_id: str) -> str | None:
+        value = self._call("read a subscription", lambda: self.client.hget(self.k_subs, sub_id))
+        return None if value is None else value.decode()
+
+    def count(self) -> int:
+        return int(self._call("count subscriptions", lambda: self.client.hlen(self.k_subs)))
+
+    def offsets(self) -> dict[str, int]:
+        found = self._call("read the applied offsets", lambda: self.client.hgetall(self.k_offsets))
+        return {k.decode(): int(v) for k, v in found.items()}
+
+    def snapshot(self) -> tuple[int, dict[str, str]]:
+        """The version and all current subscriptions, read atomically."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(self.k_version)
+            pipe.hgetall(self.k_subs)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        version, subs = self._call("read the subscription state", read)
+        return int(version or 0), {k.decode(): v.decode() for k, v in subs.items()}
+
+    def scan(self, size: int) -> Iterator[tuple[str, str]]:
+        """Every current subscription, ``(id, stored text)``, read in chunks of about
+        ``size`` (``HSCAN``'s ``COUNT``): memory for one chunk, not for the whole state
+        (a worker's reload reads as many as it indexes at once, ``psmatch.service.worker
+        .LOAD_CHUNK``).
+
+        Not atomic: a subscription changed while the scan runs may be given in either
+        form, or twice. Replaying the change log from a version read before the scan on
+        top of what it gives yields the state at the log's end (each id's last change
+        wins); an id present throughout is given at least once (Redis's guarantee).
+        """
+        cursor = 0
+        while True:
+            cursor, found = self._call(
+                "read the subscription state",
+                lambda cursor=cursor: self.client.hscan(self.k_subs, cursor, count=size),
+            )
+            for sub_id, stored in found.items():
+                yield sub_id.decode(), stored.decode()
+            if not cursor:
+                return
+
+    def change_chunks(self, after: int, upto: int, size: int) -> Iterator[list[Change]]:
+        """Changes ``after+1 .. upto`` in order, in lists of at most ``size`` (one
+        ``XRANGE`` each): memory for one chunk, not for the whole range (a worker's
+        catch-up applies each chunk at once, ``psmatch.service.worker.LOAD_CHUNK`` changes).
+
+        :class:`ChangeLogGapError` as soon as a change is found gone, before the chunk
+        that would lack it (the log is trimmed from its oldest end, so a reader that
+        falls behind a concurrent trim finds it at the next chunk).
+        """
+        while after < upto:
+            entries = self._call(
+                "read the change log",
+                lambda after=after: self.client.xrange(self.k_log, min=f"{after + 1}-0",
+                                                       max=f"{upto}-0", count=size),
+            )  # fmt: skip
+            chunk = [_change(entry_id, fields) for entry_id, fields in entries]
+            first, last = (chunk[0].version, chunk[-1].version) if chunk else (0, 0)
+            if (first, last) != (after + 1, after + len(chunk)):
+                raise ChangeLogGapError(
+                    f"the change log no longer holds every change after version {after} "
+                    f"up to {upto} (retention {self.retention})"
+                )
+            yield chunk
+            after = chunk[-1].version
+
+    def changes(self, after: int, upto: int) -> list[Change]:
+        """Changes ``after+1 .. upto`` in order, in one list (see :meth:`change_chunks`);
+        :class:`ChangeLogGapError` if any is gone."""
+        return [change for part in self.change_chunks(after, upto, max(upto - after, 1))
+                for change in part]
+
+
+def _change(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Change:
+    """One log entry as ``XRANGE`` gives it: only the fields a change has are decoded
+    (about 3 µs an entry, against 6-7 µs for decoding every name and value first)."""
+    version = int(entry_id.split(b"-", 1)[0])
+    sub_id = fields[b"id"].decode()
+    if fields[b"op"] != b"put":
+        return Change(version, "del", sub_id, None)
+    record, normal_form = fields.get(b"rec"), fields.get(b"nf")
+    return Change(version, "put", sub_id, None if record is None else record.decode(),
+                  None if normal_form is None else normal_form.decode())

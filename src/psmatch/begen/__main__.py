@@ -1,0 +1,7 @@
+"""``python -m psmatch.begen``: generate a BE-Gen workload (see ``--help``)."""
+
+import sys
+
+from psmatch.begen.generator import main
+
+sys.exit(main())

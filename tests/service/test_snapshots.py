@@ -1,0 +1,378 @@
+"""Index snapshots against a real Redis: a worker that starts loads the snapshot and
+replays only the change log after it; a corrupt, foreign or stale snapshot is detected
+and ignored (the worker builds its index again: from the change log while it holds every
+change, else from every subscription), and the index is right either way."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import time
+import tracemalloc
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import psmatch
+from psmatch import make_matcher
+from psmatch.adapters.state import SourceChange, StateStore
+from psmatch.devservers.local import LocalServices
+from psmatch.service import worker
+from psmatch.service.heads import NotificationHeads
+from psmatch.service.job import snapshot_dir
+from psmatch.service.snapshots import (
+    CLAIM_STALE_SECONDS,
+    SnapshotError,
+    index_code_digest,
+    load_snapshot,
+    save_snapshot,
+    snapshot_path,
+    snapshot_state,
+    source_digest,
+)
+from psmatch.service.worker import WorkerSettings
+from tests.service.worker_state import put, worker_state
+
+EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
+
+
+@pytest.fixture
+def state(
+    services: LocalServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> Iterator[tuple[WorkerSettings, StateStore]]:
+    caplog.set_level(logging.INFO, logger="psmatch.service.worker")
+    with worker_state(services.redis.url, tmp_path, "snap", 20) as state:
+        yield state
+
+
+
+def check(index: worker.WorkerIndex, exprs: dict[str, str]) -> None:
+    index.check()
+    scan = make_matcher("scan")
+    scan.add_many(exprs.items())
+    assert index.matcher.match_batch(EVENTS) == scan.match_batch(EVENTS)
+    assert set(index.matcher) == set(exprs)
+
+
+def start_worker(settings: WorkerSettings, version: int) -> worker.WorkerIndex:
+    """A new worker process: nothing cached."""
+    worker._CACHE.clear()
+    return worker.sync_index(settings, version)
+
+
+def first_load(settings: WorkerSettings, store: StateStore) -> dict[str, str]:
+    exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(12)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    index = start_worker(settings, 12)
+    # no snapshot yet: the whole change log replayed, and the index saved as one
+    assert index.built_from == "change log"
+    check(index, exprs)
+    snap = load_snapshot(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    assert snap.version == 12
+    return exprs
+
+
+def test_a_starting_worker_loads_the_snapshot_and_replays_only_the_log_after_it(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    exprs = first_load(settings, store)
+    store.apply([put(12, "s0", "a = 5"), SourceChange("subs:0", 13, "s1", None),
+                 put(14, "new", "b = 'x'")])  # fmt: skip
+    exprs |= {"s0": "a = 5", "new": "b = 'x'"}
+    del exprs["s1"]
+    index = start_worker(settings, 15)
+    assert (index.version, index.replayed) == (15, 3)
+    assert ("loaded the index snapshot of shard 0 of 1 at version 12 and replayed 3 changes"
+            in caplog.text)
+    check(index, exprs)
+
+
+def test_a_corrupt_snapshot_is_ignored(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    exprs = first_load(settings, store)
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # one flipped bit in the pickled matcher
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="corrupt"):
+        load_snapshot(path.parent, settings.redis_prefix, "psthash")
+    index = start_worker(settings, 12)
+    assert index.built_from == "change log" and "is corrupt" in caplog.text
+    check(index, exprs)
+    path.write_bytes(b"")  # truncated to nothing
+    assert start_worker(settings, 12).built_from == "change log"
+    assert "is not a psmatch index snapshot" in caplog.text
+
+
+def test_the_index_code_digest_covers_the_c_source(tmp_path: Path) -> None:
+    """A change to a loop of ``src/psmatch/core/_kernels.c`` is another version of the index code,
+    as a change to a ``.py`` file is; other files are not code."""
+    (tmp_path / "core").mkdir()
+    (tmp_path / "core" / "columns.py").write_text("X = 1\n")
+    (tmp_path / "_kernels.c").write_text("int x = 1;\n")
+    before = source_digest(tmp_path)
+    (tmp_path / "notes.txt").write_text("not code")
+    assert source_digest(tmp_path) == before
+    (tmp_path / "_kernels.c").write_text("int x = 2;\n")
+    after_c = source_digest(tmp_path)
+    (tmp_path / "core" / "columns.py").write_text("X = 2\n")
+    assert len({before, after_c, source_digest(tmp_path)}) == 3
+    assert index_code_digest() == source_digest(Path(psmatch.__file__).parent)
+
+
+def test_a_snapshot_of_other_index_code_is_ignored(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The payload pickles the matcher's internals: only the code that wrote it reads it."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    data = path.read_bytes()
+    header, _, payload = data.partition(b"\n")
+    fields = json.loads(header)
+    fields["index_code"] = "0" * 64  # as written by an older release of the index
+    path.write_bytes(json.dumps(fields).encode() + b"\n" + payload)
+    with pytest.raises(SnapshotError, match="another version of the index code"):
+        load_snapshot(path.parent, settings.redis_prefix, "psthash")
+    index = start_worker(settings, 12)
+    assert index.built_from == "change log" and "another version of the index code" in caplog.text
+    check(index, exprs)
+
+
+def test_a_snapshot_of_another_prefix_or_matcher_is_ignored(
+    state: tuple[WorkerSettings, StateStore], services: LocalServices,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    first_load(settings, store)
+    ours = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    other_prefix = f"other-{uuid.uuid4().hex[:10]}:"
+    other = WorkerSettings(**{**{f: getattr(settings, f) for f in settings.__slots__},  # type: ignore[attr-defined]
+                              "redis_prefix": other_prefix})  # fmt: skip
+    other_store = StateStore.from_url(services.redis.url, other_prefix, 20)
+    try:
+        other_store.apply([put(0, "x", "a = 1")])
+        shutil.copy(ours, snapshot_path(ours.parent, other_prefix, "psthash"))
+        index = start_worker(other, 1)
+        assert index.built_from == "change log"
+        assert f"not of 'psthash' for '{other_prefix}'" in caplog.text
+        check(index, {"x": "a = 1"})
+        shutil.copy(ours, snapshot_path(ours.parent, settings.redis_prefix, "pstbloom"))
+        with pytest.raises(SnapshotError, match="the snapshot of matcher 'psthash'"):
+            load_snapshot(ours.parent, settings.redis_prefix, "pstbloom")
+    finally:
+        other_store.clear()
+
+
+def test_a_stale_snapshot_or_one_of_another_state_is_ignored(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings, store = state
+    exprs = first_load(settings, store)
+    # the change log (retention 20) no longer reaches back to version 12
+    store.apply([put(12 + i, f"s{i % 12}", "a = 3") for i in range(25)])
+    exprs = {sid: "a = 3" for sid in exprs}
+    index = start_worker(settings, 37)
+    assert index.built_from == "subscriptions" and "no longer reaches back to it" in caplog.text
+    check(index, exprs)
+    # Redis lost its data and the state was rebuilt, counting versions from 1 again:
+    # a snapshot at a version the new state reaches, but of the old state
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    old = path.read_bytes()  # at version 37
+    store.clear()
+    store.rebuild({})
+    store.apply([put(100 + i, f"t{i}", "b = 'y'") for i in range(40)])
+    path.write_bytes(old)
+    index = start_worker(settings, 41)
+    assert index.built_from == "subscriptions" and "it is of another state" in caplog.text
+    check(index, {f"t{i}": "b = 'y'" for i in range(40)})
+    # a snapshot newer than the state
+    store.clear()
+    store.apply([put(0, "u", "a = 0")])
+    index = start_worker(settings, 1)
+    assert index.built_from == "change log" and "the state is at 1" in caplog.text
+    check(index, {"u": "a = 0"})
+
+
+def replace_all(store: StateStore, exprs: dict[str, str], version: int, n: int, expr: str
+                ) -> int:  # fmt: skip
+    """Apply ``n`` changes after ``version`` (each replacing one of ``exprs`` by
+    ``expr``, in turn); returns the new version."""
+    ids = sorted(exprs)
+    store.apply([put(version + i, ids[(version + i) % len(ids)], expr) for i in range(n)])
+    exprs.update({ids[(version + i) % len(ids)]: expr for i in range(n)})
+    return version + n
+
+
+def snapshot_version(settings: WorkerSettings) -> int | None:
+    written = snapshot_state(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    return None if written is None else written[0]
+
+
+def test_a_worker_that_keeps_up_refreshes_the_snapshot_every_half_retention(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With a retention of 20 changes, the worker that keeps up writes a new snapshot
+    once it is 10 changes past the newest: however many changes go by, a worker that
+    starts finds a snapshot the change log still reaches back to, and replays only what
+    came after it (without the refresh, the snapshot of version 12 would be out of the
+    log's reach by version 33, and the new worker would parse every subscription)."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    version, seen, writing = 12, [], []
+    for step in range(8):
+        version = replace_all(store, exprs, version, 6, f"a = {step}")
+        reported: list[worker.TaskMetrics] = []
+        # a task of the cached worker: it catches up, and has no events to match
+        assert list(worker.match_batches(settings, version, iter(()), reported.append)) == []
+        index = worker._CACHE[worker._cache_key(settings, 0)]
+        assert index.built_from == "change log" and index.replayed == version
+        seen.append(snapshot_version(settings))
+        assert index.snapshot_version == seen[-1]
+        (metrics,) = reported
+        assert 0.0 <= metrics.snapshot_s <= metrics.sync_s
+        writing.append(metrics.snapshot_s > 0)
+    assert seen == [12, 24, 24, 36, 36, 48, 48, 60]
+    assert writing == [False, True, False, True, False, True, False, True]
+    assert caplog.text.count("wrote the index snapshot of shard 0 of 1") == 5  # 12 .. 60
+    check(index, exprs)
+    version = replace_all(store, exprs, version, 4, "b = 'y'")
+    started = start_worker(settings, version)
+    assert (started.built_from, started.version, started.replayed) == ("snapshot", 64, 4)
+    check(started, exprs)
+
+
+def test_workers_of_a_shard_write_one_snapshot_between_them(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two workers keep the same shard: the one that catches up second finds the
+    snapshot the first just wrote (its header names a version of this state) and writes
+    none; a writer's claim stops another from writing at the same time, until it is
+    old enough to be a dead writer's."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    key = worker._cache_key(settings, 0)
+    first = worker._CACHE[key]
+    second = start_worker(settings, 12)  # another process: its own index
+    assert second.built_from == "snapshot" and second is not first
+    version = replace_all(store, exprs, 12, 11, "a = 4")
+    assert worker.sync_index(settings, version) is second
+    assert snapshot_version(settings) == second.snapshot_version == 23
+    worker._CACHE[key] = first  # the first process catches up
+    assert worker.sync_index(settings, version) is first
+    assert first.snapshot_version == 23
+    assert caplog.text.count("wrote the index snapshot") == 2  # first_load's, second's
+    check(first, exprs)
+
+    path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
+    claim = path.with_name(path.name + ".writing")
+    claim.touch()  # a writer at work
+    version = replace_all(store, exprs, version, 11, "a = 5")
+    assert worker.sync_index(settings, version) is first
+    assert snapshot_version(settings) == 23 and first.snapshot_version == 23
+    assert "another worker is writing the snapshot of shard 0 of 1" in caplog.text
+    old = time.time() - CLAIM_STALE_SECONDS - 1
+    os.utime(claim, (old, old))  # a writer that died
+    version = replace_all(store, exprs, version, 1, "a = 5")
+    worker.sync_index(settings, version)
+    assert snapshot_version(settings) == first.snapshot_version == 35
+    assert not claim.exists()
+    check(first, exprs)
+
+
+def test_a_late_task_adopts_a_newer_snapshot_rather_than_write_over_it(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A task of an earlier batch, run late, catches its worker up to that batch's
+    version: the snapshot another worker wrote at a later version stays."""
+    settings, store = state
+    exprs = first_load(settings, store)
+    key = worker._cache_key(settings, 0)
+    late = worker._CACHE[key]
+    version = replace_all(store, exprs, 12, 11, "a = 4")
+    assert start_worker(settings, version).snapshot_version == 23  # another worker's write
+    worker._CACHE[key] = late
+    assert worker.sync_index(settings, 22) is late  # the late task's batch
+    assert snapshot_version(settings) == late.snapshot_version == 23
+    assert caplog.text.count("wrote the index snapshot") == 2  # first_load's, the other's
+
+
+def test_a_directory_that_cannot_take_the_snapshot_costs_one_attempt_per_half_retention(
+    state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture, tmp_path: Path,
+) -> None:
+    """Writing fails (the directory's parent is a file): the worker goes on matching,
+    and tries again only once the state has moved half the retention (10) on."""
+    settings, store = state
+    (tmp_path / "a-file").write_text("")
+    settings = dataclasses.replace(settings, snapshot_dir=str(tmp_path / "a-file" / "snaps"))
+    exprs = {f"s{i}": f"a >= {i % 5}" for i in range(12)}
+    store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
+    start_worker(settings, 12)
+    version = 12
+    for step in range(8):  # the same steps as a worker that writes: 24, 36, 48, 60 due
+        version = replace_all(store, exprs, version, 6, f"a = {step}")
+        index = worker.sync_index(settings, version)
+    assert caplog.text.count("could not write the index snapshot") == 5  # 12 .. 60
+    check(index, exprs)
+
+
+def test_snapshots_live_beside_a_local_checkpoint_only() -> None:
+    assert snapshot_dir("/data/psmatch/checkpoint") == "/data/psmatch/checkpoint.snapshots"
+    assert snapshot_dir("file:///data/ck/") == "/data/ck.snapshots"
+    assert snapshot_dir("hdfs://nn/psmatch/checkpoint") is None
+
+
+def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path: Path) -> None:
+    """Counted with tracemalloc (numpy reports its buffers to it): loading holds the
+    loaded index, not also the file's bytes, and saving does not hold the pickle."""
+    matcher = make_matcher("psthash")
+    matcher.add_many((f"s{i}", f"a = {i} and b < {i % 50} and c = 'x{i % 97}'")
+                     for i in range(30_000))  # fmt: skip
+    heads = NotificationHeads()
+    # as a worker's load writes them, in bulk: not the snapshot's cost
+    heads.put_many(matcher.slots_of([f"s{i}" for i in range(30_000)]),
+                   [f",h{i % 3}," for i in range(30_000)])  # fmt: skip
+    tracemalloc.start()
+    try:
+        before, _ = tracemalloc.get_traced_memory()
+        path = save_snapshot(tmp_path, "p:", 7, matcher, heads, "digest")
+        assert path is not None
+        _, save_peak = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        snap = load_snapshot(tmp_path, "p:", "psthash")
+        held, load_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    size = path.stat().st_size
+    assert size > 6_000_000
+    # beyond what they keep: a copy of the file (the pickle, the bytes read) is > 1x
+    assert save_peak - before < 0.5 * size
+    assert load_peak - held < 0.5 * size
+    assert snap.version == 7 and len(snap.matcher) == 30_000
+    snap.heads.check()
+    assert [snap.heads.get(slot) for slot in range(30_000)] == [
+        heads.get(slot) for slot in range(30_000)]
+    assert snap.matcher.match({"a": 5, "b": 0, "c": "x5"}) == {"s5"}
+
+
+def test_a_long_prefix_is_named_by_its_digest(tmp_path: Path) -> None:
+    """The header's length is bounded whatever the Redis key prefix: it names the prefix
+    by its SHA-256, and a snapshot of another prefix is still refused."""
+    matcher = make_matcher("psthash")
+    matcher.add("s1", "a = 1")
+    prefix = "p" * 10_000 + ":"
+    save_snapshot(tmp_path, prefix, 3, matcher, NotificationHeads(), "digest")
+    snap = load_snapshot(tmp_path, prefix, "psthash")
+    assert snap.version == 3 and snap.matcher.match({"a": 1}) == {"s1"}
+    shutil.copy(snapshot_path(tmp_path, prefix, "psthash"),
+                snapshot_path(tmp_path, "q:", "psthash"))
+    with pytest.raises(SnapshotError, match="for another Redis prefix, not of 'psthash' for 'q:'"):
+        load_snapshot(tmp_path, "q:", "psthash")
