@@ -2,6 +2,6 @@
 
 import sys
 
-from psmatch.begen.generator import main
+from psmatch.begen.cli import main
 
 sys.exit(main())
