@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from psmatch import Matcher
-from psmatch.baselines.opindex import EQ, GE, LE, UNBOUNDED, OpIndexMatcher
+from psmatch.baselines.opindex import OpIndexMatcher
+from psmatch.baselines.opindex_lists import EQ, GE, LE, UNBOUNDED
 from tests.baselines.beside_scan import agree, build_beside_scan
 
 
@@ -20,7 +21,7 @@ def build(subscriptions: dict[str, str]) -> tuple[OpIndexMatcher, Matcher]:
 def entries_of(matcher: OpIndexMatcher, sub_id: str) -> list[tuple[int, int, int]]:
     """(operator, threshold offset, bound id) of a single-conjunct subscription's entries."""
     (cid,) = matcher.registry.cids_of(matcher.slot_of(sub_id))
-    block, bid, offset, cid_column = matcher._all_entries()
+    block, bid, offset, cid_column = matcher.lists.entries()
     mine = np.flatnonzero(cid_column == cid)
     return sorted(zip((block[mine] % 3).tolist(), offset[mine].tolist(), bid[mine].tolist(),
                       strict=True))
@@ -75,7 +76,8 @@ def test_le_list_is_scanned_upward_from_the_event_value() -> None:
 def test_threshold_keys_encode_block_and_position() -> None:
     matcher, _ = build({"x": "a > 2 and b = 'k'"})
     matcher.match({"a": 3})
-    key = matcher.main.key if len(matcher.main) else matcher._runs()[0].key
+    lists = matcher.lists
+    key = lists.main.key if len(lists.main) else lists.delta_run.key
     thresholds = key & 0xFFFFFFFF
     assert set(thresholds.tolist()) == {2 * 0 + 2, 2 * 0 + 1}  # open '>' 2, '=' on 'k'
     assert UNBOUNDED > 2**30
@@ -88,18 +90,18 @@ def test_a_conjunct_is_only_counted_when_its_pivot_is_in_the_event() -> None:
 
 def test_equality_signatures_hold_every_operand() -> None:
     matcher, scan = build({f"s{i}": f"a = {i} and b = {i % 3}" for i in range(40)})
-    rows = [matcher._rows[(int(matcher.pivot.data[c]) << 32) | tree(matcher, "a")]
+    rows = [matcher.directory.row_of[(int(matcher.pivot.data[c]) << 32) | tree(matcher, "a")]
             for c in range(40)]
-    assert all(matcher.signature.data[r] != 0 for r in rows)
+    assert all(matcher.directory.signature.data[r] != 0 for r in rows)
     agree(matcher, scan, [{"a": i, "b": i % 3} for i in range(-1, 42)])
 
 
 def test_delta_run_merges_into_main_and_rekeys_on_new_values(monkeypatch) -> None:
-    monkeypatch.setattr("psmatch.baselines.opindex.DELTA_MIN", 4)
+    monkeypatch.setattr("psmatch.baselines.opindex_lists.DELTA_MIN", 4)
     matcher, scan = build({f"s{i}": f"a > {i} and b < {2 * i}" for i in range(20)})
     events = [{"a": v, "b": w} for v in range(-1, 22) for w in (0, 7, 30)]
     agree(matcher, scan, events)
-    assert len(matcher.main) > 0
+    assert len(matcher.lists.main) > 0
     for i in range(20):  # new values between the old ones shift every rank
         text = f"a <= {i + 0.5} and b >= {i - 0.25}"
         matcher.add(f"t{i}", text)
@@ -114,13 +116,13 @@ def test_deletion_tombstones_then_purges(monkeypatch) -> None:
     matcher, scan = build(texts)
     events = [{"a": i % 5, "b": i} for i in range(45)]
     agree(matcher, scan, events)
-    entries_before = len(matcher._all_entries()[0])
+    entries_before = len(matcher.lists.entries()[0])
     for i in range(0, 30, 3):
         matcher.remove(f"s{i}")
         scan.remove(f"s{i}")
         matcher.check()
         agree(matcher, scan, events)
-    assert len(matcher._all_entries()[0]) < entries_before  # purged, not only tombstoned
+    assert len(matcher.lists.entries()[0]) < entries_before  # purged, not only tombstoned
     assert matcher.registry.awaiting_reclaim <= len(matcher)
     size = int(matcher.list_size.sum())
     # counter slots renumbered at the purge

@@ -1,8 +1,9 @@
 """OpIndex (Zhang, Chan & Tan, PVLDB 7(8), 2014): pivot attributes, operator lists, counting.
 
 Owns the OpIndex matcher of "An Efficient Publish/Subscribe Index for E-Commerce
-Databases" (Zhang, Chan & Tan, PVLDB 7(8), 2014). Its two levels map onto the paper's
-sections 4-6:
+Databases" (Zhang, Chan & Tan, PVLDB 7(8), 2014): level 1, the counting and the
+deletion here; level 2's lists and directory in :mod:`psmatch.baselines.opindex_lists`.
+Its two levels map onto the paper's sections 4-6:
 
 * *Level 1, subscription partitioning*: every conjunct (a DNF conjunct is a subscription
   of its own, section 6.1) gets one *pivot attribute* ``delta_S``, the attribute of its
@@ -80,91 +81,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from psmatch.baselines.opindex_lists import (
+    EQ,
+    GE,
+    LE,
+    Directory,
+    EntryRun,
+    OperatorLists,
+    signature_bit,
+)
 from psmatch.core.columns import GrowableArray, expand_ranges, zero_padded
 from psmatch.core.pipeline import Batch, Candidates
 from psmatch.events import FlatEvent
 from psmatch.pstree.matcher import ForestBatch, ForestMatcher
 from psmatch.pstree.store import InsertedConjuncts
-
-EQ, GE, LE = 0, 1, 2
-"""The operator lists; a block id is ``3 * directory row + operator``."""
-UNBOUNDED = np.int64(2**31 - 1)
-"""Threshold of an always-true ``<=`` entry: above every position."""
-DELTA_MIN = 4096
-"""The delta run is merged into main once it exceeds this and an eighth of main."""
-_HASH = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _signature_bit(sids: np.ndarray) -> np.ndarray:
-    """The signature bit of an ``=`` operand, from its point space's id."""
-    return np.uint64(1) << ((sids.astype(np.uint64) * _HASH) >> np.uint64(58))
-
-
-class _Run:
-    """One sorted run of list entries, keyed ``block << 32 | threshold``.
-
-    The threshold of an entry on bound ``bid`` is ``2 rank(bid) + offset`` (offset 1 for
-    ``=`` and closed ends, 2 for an open ``>=``, 0 for an open ``<=``).
-    """
-
-    def __init__(self, block: np.ndarray, bid: np.ndarray, offset: np.ndarray,
-                 cid: np.ndarray, bound_rank: np.ndarray) -> None:
-        key = _keys(block, bid, offset, bound_rank)
-        order = np.argsort(key, kind="stable")
-        self.key = key[order]
-        self.block = block[order]
-        self.bid = bid[order]
-        self.offset = offset[order]
-        self.cid = cid[order]
-
-    def __len__(self) -> int:
-        return len(self.key)
-
-    def rekey(self, bound_rank: np.ndarray, alive: np.ndarray) -> None:
-        """Recompute the thresholds after rank changes. O(n).
-
-        Live entries keep their order (their bounds are still referenced, and new or
-        released values never reorder the others); a dead entry's bound may be gone, so
-        it takes the key before it, which keeps the run sorted.
-        """
-        fresh = _keys(self.block, self.bid, self.offset, bound_rank)
-        fresh[~alive[self.cid]] = -1
-        self.key = np.maximum.accumulate(fresh) if len(fresh) else fresh
-
-    def ranges(self, op: int, rows: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """First entry and entry count matching each (directory row, position) query."""
-        head = (3 * rows + op) << 32
-        if op == EQ:
-            lo = np.searchsorted(self.key, head | pos)
-            hi = np.searchsorted(self.key, (head | pos) + 1)
-        elif op == GE:  # thresholds <= pos
-            lo = np.searchsorted(self.key, head)
-            hi = np.searchsorted(self.key, (head | pos) + 1)
-        else:  # LE: thresholds >= pos
-            lo = np.searchsorted(self.key, head | pos)
-            hi = np.searchsorted(self.key, head + (1 << 32))
-        return lo, hi - lo
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.key.nbytes + self.block.nbytes + self.bid.nbytes + self.offset.nbytes
-                   + self.cid.nbytes)
-
-
-def _keys(block: np.ndarray, bid: np.ndarray, offset: np.ndarray,
-          bound_rank: np.ndarray) -> np.ndarray:
-    threshold = 2 * bound_rank[np.maximum(bid, 0)].astype(np.int64) + offset
-    return (block << 32) | np.where(bid < 0, UNBOUNDED, threshold)
-
-
-def _new_delta() -> list[GrowableArray]:
-    """Columns of the unsorted delta: block, bound id, threshold offset, cid."""
-    return [GrowableArray(np.int64) for _ in range(4)]
-
-
-def _empty_run() -> _Run:
-    empty = np.zeros(0, dtype=np.int64)
-    return _Run(empty, empty, empty, empty, empty)
 
 
 class OpIndexMatcher(ForestMatcher):
@@ -180,17 +110,9 @@ class OpIndexMatcher(ForestMatcher):
         self.need = GrowableArray(np.int64)
         self.list_size = np.zeros(0, dtype=np.int64)  # per tree: |V_A|, dead slots included
         self.attribute_use = np.zeros(0, dtype=np.int64)  # per tree: live conjuncts on it
-        # Level 2: the directory (pivot, attribute) -> row, the '=' signatures per row.
-        self._rows: dict[int, int] = {}
-        self._directory_keys = np.empty(0, dtype=np.int64)  # sorted keys of _rows
-        self._directory_rows = np.empty(0, dtype=np.int64)
-        self.row_tree = GrowableArray(np.int64)  # per row: the predicate attribute's tree
-        self.signature = GrowableArray(np.uint64)
-        # The lists: the sorted main run and the unsorted delta (sorted lazily).
-        self.main = _empty_run()
-        self._delta = _new_delta()
-        self._delta_run: _Run | None = None
-        self._ranked_version = self.forest.version  # the ranks main's keys were made with
+        # Level 2: the directory (pivot, attribute) -> row, and the operator lists.
+        self.directory = Directory()
+        self.lists = OperatorLists(self.forest.version)
 
     # -- insertion ---------------------------------------------------------------------
 
@@ -223,7 +145,7 @@ class OpIndexMatcher(ForestMatcher):
                                   + np.arange(len(cids)) - group_start)
         np.add.at(self.list_size, pivots, 1)
         # Entries, one row of the directory per (pivot, predicate attribute).
-        rows = self._rows_of((pivots[owner] << 32) | trees)
+        rows = self.directory.rows_of((pivots[owner] << 32) | trees)
         iv_owner, lo, lo_closed, hi, hi_closed = store.intervals(pids)
         point = (lo >= 0) & (lo == hi)
         ge = ~point & (lo >= 0)
@@ -243,30 +165,14 @@ class OpIndexMatcher(ForestMatcher):
             (presence, LE, np.full(len(presence), -1), np.zeros(len(presence), np.int64)),
         )
         for pred, op, bid, offset in parts:
-            columns = (3 * rows[pred] + op, bid, offset.astype(np.int64), pred_cid[pred])
-            for column, values in zip(self._delta, columns, strict=True):
-                column.extend(values)
+            self.lists.append(3 * rows[pred] + op, bid, offset.astype(np.int64), pred_cid[pred])
         eq_pred = iv_owner[point]
-        np.bitwise_or.at(self.signature.data, rows[eq_pred],
-                         _signature_bit(self._point_sids(trees[eq_pred], lo[point])))
-        self._delta_run = None
+        np.bitwise_or.at(self.directory.signature.data, rows[eq_pred],
+                         signature_bit(self._point_sids(trees[eq_pred], lo[point])))
         conj_need = np.bincount(owner, weights=need, minlength=len(cids)).astype(np.int64)
         self.pivot.put(cids, pivots)
         self.counter_slot.put(cids, counter_slot)
         self.need.put(cids, conj_need)
-
-    def _rows_of(self, keys: np.ndarray) -> np.ndarray:
-        """Directory rows of (pivot << 32 | attribute) keys, creating the new ones."""
-        unique, inverse = np.unique(keys, return_inverse=True)
-        rows = np.empty(len(unique), dtype=np.int64)
-        for i, key in enumerate(unique.tolist()):
-            row = self._rows.get(key)
-            if row is None:
-                row = self._rows[key] = len(self._rows)
-                self.row_tree.append(key & 0xFFFFFFFF)
-                self.signature.append(0)
-            rows[i] = row
-        return rows[inverse.ravel()]
 
     def _point_sids(self, trees: np.ndarray, bids: np.ndarray) -> np.ndarray:
         """Ids of the point spaces of bounds (stable while the bound is referenced)."""
@@ -287,14 +193,9 @@ class OpIndexMatcher(ForestMatcher):
         """Rebuild lists, signatures and counter slots without the removed conjuncts.
         O(n log n)."""
         alive = self.registry.alive
-        block, bid, offset, cid = self._all_entries()
-        keep = alive.data[cid]
-        self.main = _Run(block[keep], bid[keep], offset[keep], cid[keep],
-                         self.forest.bound_rank)
-        self._delta = _new_delta()
-        self._delta_run = None
-        self._ranked_version = self.forest.version
-        self.signature.replace(self._signatures())
+        self.lists.rebuild(alive.data[self.lists.entries()[3]], self.forest.bound_rank,
+                           self.forest.version)
+        self.directory.signature.replace(self._signatures())
         live = np.flatnonzero(alive.view())
         pivots = self.pivot.data[live]
         by_pivot = np.argsort(pivots, kind="stable")
@@ -307,43 +208,22 @@ class OpIndexMatcher(ForestMatcher):
 
     def _signatures(self) -> np.ndarray:
         """Every '=' segment's signature, from the entries of the main and delta runs."""
-        block, bid, _, cid = self._all_entries()
+        block, bid, _, cid = self.lists.entries()
         eq = np.flatnonzero((block % 3 == EQ) & self.registry.alive.data[cid])
         rows = block[eq] // 3
-        signature = np.zeros(len(self.signature), dtype=np.uint64)
-        sids = self._point_sids(self.row_tree.data[rows], bid[eq])
-        np.bitwise_or.at(signature, rows, _signature_bit(sids))
+        signature = np.zeros(len(self.directory.signature), dtype=np.uint64)
+        sids = self._point_sids(self.directory.row_tree.data[rows], bid[eq])
+        np.bitwise_or.at(signature, rows, signature_bit(sids))
         return signature
 
-    def _all_entries(self) -> tuple[np.ndarray, ...]:
-        main = self.main
-        return tuple(np.concatenate([part, column.view()]) for part, column in
-                     zip((main.block, main.bid, main.offset, main.cid), self._delta, strict=True))
-
     # -- matching ----------------------------------------------------------------------
-
-    def _runs(self) -> list[_Run]:
-        """The sorted runs to search, brought up to date with inserts and rank changes."""
-        rank = self.forest.bound_rank
-        if len(self._delta[0]) > max(DELTA_MIN, len(self.main) // 8):
-            block, bid, offset, cid = self._all_entries()
-            self.main = _Run(block, bid, offset, cid, rank)
-            self._delta = _new_delta()
-            self._delta_run = None
-            self._ranked_version = self.forest.version
-        if self._ranked_version != self.forest.version:
-            self.main.rekey(rank, self.registry.alive.data)
-            self._delta_run = None
-            self._ranked_version = self.forest.version
-        if self._delta_run is None:
-            self._delta_run = _Run(*(c.view() for c in self._delta), rank)
-        return [run for run in (self.main, self._delta_run) if len(run)]
 
     def _begin(self, events: list[FlatEvent]) -> OpIndexBatch:
         located = super()._begin(events)
         tree = located.located.tree
         return OpIndexBatch(located.events, 0, located.located, located.pair_start,
-                            runs=self._runs(),
+                            runs=self.lists.runs(self.forest.bound_rank,
+                                                 self.forest.version, self.registry.alive.data),
                             pivots=np.flatnonzero(self.list_size[tree] > 0) if len(tree) else tree)
 
     def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
@@ -360,7 +240,7 @@ class OpIndexMatcher(ForestMatcher):
                                  located.position, located.sid, pair_start)
         return Candidates(e - first, c, work)
 
-    def _count(self, runs: list[_Run], pivots: np.ndarray, ev: np.ndarray, tree: np.ndarray,
+    def _count(self, runs: list[EntryRun], pivots: np.ndarray, ev: np.ndarray, tree: np.ndarray,
                pos: np.ndarray, sid: np.ndarray,
                pair_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """Count matched entries for a group of (event, pivot present) counter arrays.
@@ -375,8 +255,8 @@ class OpIndexMatcher(ForestMatcher):
         owner, pair, rows = self._blocks(pivot_tree, pivot_event, ev, tree, pair_start)
         p = pos[pair]
         is_point = (p & 1) == 1
-        eq = np.flatnonzero(is_point & ((self.signature.data[rows] & _signature_bit(sid[pair]))
-                                        != 0))
+        signature = self.directory.signature.data
+        eq = np.flatnonzero(is_point & ((signature[rows] & signature_bit(sid[pair])) != 0))
         counter, cids = [], []
         for run in runs:
             for op, sel in ((EQ, eq), (GE, slice(None)), (LE, slice(None))):
@@ -409,7 +289,7 @@ class OpIndexMatcher(ForestMatcher):
         whichever is shorter: cost O(sum over pivots of min(rows, event pairs)) plus
         logarithmic searches, never pivots x pairs for a wide event.
         """
-        keys, key_rows = self._directory()
+        keys, key_rows = self.directory.sorted()
         first = pair_start[pivot_event]
         n_pairs = pair_start[pivot_event + 1] - first
         row_start = np.searchsorted(keys, pivot_tree << 32)
@@ -433,37 +313,23 @@ class OpIndexMatcher(ForestMatcher):
         return (np.concatenate([owner_a, s[o[hit]]]), np.concatenate([pair_a, pair[hit]]),
                 np.concatenate([rows_a, key_rows[at[hit]]]))
 
-    def _directory(self) -> tuple[np.ndarray, np.ndarray]:
-        """The directory's (pivot << 32 | attribute) keys, sorted, and their rows; rebuilt
-        when rows were added (they are never removed). O(rows log rows)."""
-        if len(self._directory_keys) != len(self._rows):
-            keys = np.fromiter(self._rows.keys(), dtype=np.int64, count=len(self._rows))
-            rows = np.fromiter(self._rows.values(), dtype=np.int64, count=len(self._rows))
-            order = np.argsort(keys)
-            self._directory_keys, self._directory_rows = keys[order], rows[order]
-        return self._directory_keys, self._directory_rows
-
     # -- bookkeeping -------------------------------------------------------------------
 
     def _family_bytes(self) -> int:
-        lists = self.main.nbytes + sum(c.nbytes for c in self._delta)
         level1 = (self.pivot.nbytes + self.counter_slot.nbytes + self.need.nbytes
                   + self.list_size.nbytes + self.attribute_use.nbytes)
-        # A directory row's dict entry with its int key and value: ~100 bytes.
-        directory = (self._directory_keys.nbytes + self._directory_rows.nbytes
-                     + self.signature.nbytes + 100 * len(self._rows))
-        return int(lists + level1 + directory)
+        return int(self.lists.nbytes + level1 + self.directory.nbytes)
 
     def _check(self) -> None:
         super()._check()
         store, alive = self.store, self.registry.alive
-        block, _, offset, cid = self._all_entries()
+        self.lists.check()
+        self.directory.check()
+        row_tree = self.directory.row_tree.data
+        block, _, _, cid = self.lists.entries()
         live_entry = alive.data[cid]
         rows = block // 3
-        row_pivot = np.zeros(len(self._rows), dtype=np.int64)
-        for key, row in self._rows.items():
-            row_pivot[row] = key >> 32
-            assert self.row_tree.data[row] == key & 0xFFFFFFFF
+        row_pivot = self.directory.pivots()
         entries_of: dict[int, list[int]] = {}
         for i in np.flatnonzero(live_entry).tolist():
             entries_of.setdefault(int(cid[i]), []).append(i)
@@ -481,22 +347,17 @@ class OpIndexMatcher(ForestMatcher):
             counter_slots.add((pivot, counter_slot))
             mine = rows[entries_of[c]]
             assert (row_pivot[mine] == pivot).all(), "entry outside the pivot's lists"
-            assert set(self.row_tree.data[mine].tolist()) == trees, "predicate not listed"
+            assert set(row_tree[mine].tolist()) == trees, "predicate not listed"
             assert len(trees) <= self.need.data[c] <= len(mine)
         assert (use == self.attribute_use[: len(use)]).all(), "attribute use counts disagree"
-        assert ((offset >= 0) & (offset <= 2)).all()
-        signature = self.signature.view()
+        signature = self.directory.signature.view()
         assert not (self._signatures() & ~signature).any(), "'=' operand missing in signature"
-        for run in (self.main, self._delta_run):
-            if run is not None and len(run):
-                assert (np.diff(run.key) >= 0).all(), "run not sorted"
-
 
 
 @dataclass(slots=True, kw_only=True)
 class OpIndexBatch(ForestBatch):
     """A located batch with the sorted runs to search and its pivot pairs."""
 
-    runs: list[_Run]
+    runs: list[EntryRun]
     pivots: np.ndarray
     """Indexes of the located pairs whose tree is some conjunct's pivot, by event."""
