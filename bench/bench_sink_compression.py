@@ -5,17 +5,18 @@ A script, not a test. Starts its own Kafka broker (``psmatch.devservers.local``)
 BE-Gen events with ``python -m psmatch.begen``, builds the notification records the
 service would write for them (``--per-event`` matches per event, heads of distinct
 subscriptions, :mod:`psmatch.service.records`), writes the same records to one new topic per
-codec and pass with the service's writer (:class:`psmatch.adapters.kafka.RecordSink`), and
+codec and pass with the service's writer (:class:`psmatch.adapters.kafka.sink.RecordSink`), and
 reports for each codec the CPU time this process spent per record from the first
 ``write`` to the end of ``flush`` (``time.process_time``: the writing thread and
 librdkafka's, which compress and send; the median of ``--repeats`` passes, the codecs
 taken in turn in each), the writing thread's share of it (``time.thread_time``), and
-the bytes of its first topic's log segments.
+the bytes of its first topic's log segments. ``--docs docs`` writes the table, with the
+command, to ``docs/bench-streaming.md`` (between its ``bench_sink_compression`` markers).
 
 Usage::
 
     .venv/bin/python bench/bench_sink_compression.py [--events 2000] [--per-event 13] \\
-        [--codecs none,lz4,zstd] [--repeats 3]
+        [--codecs none,lz4,zstd] [--repeats 3] [--docs docs]
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from psmatch.adapters.kafka import RecordSink, SinkSettings, ensure_topics  # noqa: E402
+from docsection import replace_section  # noqa: E402 - beside this script
+
+from psmatch.adapters.kafka.admin import ensure_topics  # noqa: E402
+from psmatch.adapters.kafka.sink import RecordSink, SinkSettings  # noqa: E402
 from psmatch.devservers.local import release_shared_services, shared_services  # noqa: E402
 from psmatch.service.records import (  # noqa: E402
     dumps_record,
@@ -66,6 +70,8 @@ def main() -> int:
     ap.add_argument("--per-event", type=int, default=13, help="notifications per event")
     ap.add_argument("--codecs", default="none,lz4", help="codecs to compare, comma-separated")
     ap.add_argument("--repeats", type=int, default=3, help="passes over the codecs")
+    ap.add_argument("--docs", type=Path,
+                    help="write the table to <dir>/bench-streaming.md")  # fmt: skip
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="psmatch-bench-") as work:
         subprocess.run([sys.executable, "-m", "psmatch.begen", "--subscriptions", "1000",
@@ -79,6 +85,7 @@ def main() -> int:
           "of keys and values")  # fmt: skip
     codecs = args.codecs.split(",")
     cpu: dict[str, list[float]] = {codec: [] for codec in codecs}
+    logged: dict[str, int] = {}
     thread: dict[str, list[float]] = {codec: [] for codec in codecs}
     services = shared_services()
     try:
@@ -100,11 +107,11 @@ def main() -> int:
                 if k:
                     continue
                 time.sleep(2)  # the broker's appends reach the segment files
-                logged = sum(segment.stat().st_size
-                             for folder in services.kafka.data_dir.rglob(f"{topic}-*")
-                             for segment in folder.glob("*.log"))  # fmt: skip
-                print(f"{codec}: {logged:,} bytes in the broker's log ({logged / size:.1%} of the "
-                      "keys and values)")  # fmt: skip
+                logged[codec] = sum(segment.stat().st_size
+                                    for folder in services.kafka.data_dir.rglob(f"{topic}-*")
+                                    for segment in folder.glob("*.log"))  # fmt: skip
+                print(f"{codec}: {logged[codec]:,} bytes in the broker's log "
+                      f"({logged[codec] / size:.1%} of the keys and values)")  # fmt: skip
         for codec in codecs:
             print(f"{codec}: {statistics.median(cpu[codec]) * 1e6:.2f} µs of CPU a record "
                   f"(median of {args.repeats}; " + ", ".join(
@@ -113,6 +120,23 @@ def main() -> int:
                       f"{c * 1e6:.2f}" for c in thread[codec]) + ")")  # fmt: skip
     finally:
         release_shared_services()
+    if args.docs:
+        rows = [f"| {codec} | {statistics.median(cpu[codec]) * 1e6:.2f} ("
+                + ", ".join(f"{c * 1e6:.2f}" for c in cpu[codec])
+                + f") | {logged[codec]:,} ({logged[codec] / size:.1%}) |" for codec in codecs]
+        replace_section(args.docs / "bench-streaming.md", "bench_sink_compression", f"""\
+<!-- not executed: starts a Kafka broker -->
+```sh
+.venv/bin/python bench/bench_sink_compression.py {" ".join(sys.argv[1:])}
+```
+
+{len(records):,} notification records of {len(events):,} BE-Gen events ({args.per_event} per
+event, {size / len(records):,.0f} bytes each, {size:,} bytes of keys and values), written by
+`RecordSink` to a real broker, the codecs in turn, {args.repeats} passes:
+
+| codec | µs of CPU a record, median (each pass) | bytes in the broker's log (share) |
+| --- | --- | --- |
+""" + "\n".join(rows))
     return 0
 
 

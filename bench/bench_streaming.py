@@ -41,15 +41,18 @@ the Spark job in this process and measures:
    job's settings: the snapshot the running workers keep fresh, then the change log
    after it), its wall and CPU time, peak memory and the changes it replayed.
 
-``--plot-dir docs`` records the run in ``docs/bench-streaming-runs.json`` and draws, from
-every recorded run, throughput against subscriptions (beside the ceiling) and the
-latency distributions.
+The full report of a run is printed and kept in the run's work directory
+(``results.json``). ``--docs docs`` also records the run's summary in
+``docs/bench-streaming-runs.json``, which keeps the latest run of each configuration
+(subscriptions, matcher, shards), rewrites from those runs the results table of
+``docs/bench-streaming.md`` (between its ``bench_streaming`` markers, each row with the
+command that reproduces it) and draws throughput against subscriptions (beside the
+ceiling) and the latency distributions.
 
 Long phases log their progress every 10 s. Usage::
 
-    .venv/bin/python bench/bench_streaming.py --subscriptions 100000 --backlog 20000 \\
-        --rate 1000 --duration 60 [--write-docs docs/streaming.md] \\
-        [--write-table docs/bench-streaming.md]
+    .venv/bin/python bench/bench_streaming.py --subscriptions 100000 \\
+        --matching-probability 0.0001 --backlog 40000 --rate 5000 --duration 30 [--docs docs]
 """
 
 from __future__ import annotations
@@ -76,13 +79,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from bench_worker_reload import worker_step  # noqa: E402 - beside this script
+from docsection import replace_section  # noqa: E402
+from host import cpu_model  # noqa: E402
 
-from psmatch.adapters.kafka import (  # noqa: E402
-    JsonProducer,
-    TopicReader,
-    ensure_topics,
-    service_topics,
-)
+from psmatch.adapters.kafka.admin import ensure_topics, service_topics  # noqa: E402
+from psmatch.adapters.kafka.producer import JsonProducer  # noqa: E402
+from psmatch.adapters.kafka.reader import TopicReader  # noqa: E402
 from psmatch.devservers.local import release_shared_services, shared_services  # noqa: E402
 from psmatch.service.config import ServiceConfig  # noqa: E402
 from psmatch.service.job import (  # noqa: E402
@@ -97,7 +99,6 @@ log = logging.getLogger("bench")
 SPAWN = multiprocessing.get_context("spawn")
 """How the latency phase's load process starts: afresh, not forked from a process that
 runs a JVM's gateway and threads."""
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 SAMPLE_EVERY = 5
@@ -124,7 +125,7 @@ def sampled_latencies(bootstrap_servers: str, topic: str, start: int
 
 LOAD_TICK_S = 0.005
 """How often the latency phase's producer publishes the events due: a sleep per event
-took 0.38 of a core at 5,000 events/s, this 0.14 (2026-11-29)."""
+took 0.38 of a core at 5,000 events/s, this 0.14."""
 
 
 def latency_load(bootstrap_servers: str, events_topic: str, events: list[str], rate: float,
@@ -219,12 +220,10 @@ def main() -> int:
                          "0: no such phase")  # fmt: skip
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--redis-url")
-    ap.add_argument("--write-docs", type=Path, help="replace the results section of this file")
-    ap.add_argument("--write-table", type=Path,
-                    help="write the summary table (with the command) to this file")  # fmt: skip
-    ap.add_argument("--plot-dir", type=Path,
-                    help="record the run in <dir>/bench-streaming-runs.json and draw "
-                         "bench-streaming-throughput.png (every recorded size) and "
+    ap.add_argument("--docs", type=Path,
+                    help="record the run in <dir>/bench-streaming-runs.json, rewrite the "
+                         "results table of <dir>/bench-streaming.md from the recorded runs "
+                         "and draw bench-streaming-throughput.png and "
                          "bench-streaming-latency.png there")  # fmt: skip
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
@@ -435,16 +434,10 @@ def main() -> int:
     text = render(results)
     print(text)
     (work / "results.json").write_text(json.dumps(results, indent=2))
-    if args.write_table:
-        args.write_table.write_text(render_table(results, " ".join(sys.argv[1:])))
-    if args.plot_dir:
-        plot(record_run(args.plot_dir, results), args.plot_dir)
-    if args.write_docs:
-        doc = args.write_docs.read_text()
-        if BEGIN in doc and END in doc:
-            head, rest = doc.split(BEGIN, 1)
-            _, tail = rest.split(END, 1)
-            args.write_docs.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    if args.docs:
+        runs = record_run(args.docs, results, " ".join(sys.argv[1:]))
+        replace_section(args.docs / "bench-streaming.md", "bench_streaming", render_runs(runs))
+        plot(runs, args.docs)
     return 0
 
 
@@ -534,7 +527,8 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     published, and the clock stops when the query has read all of it."""
     from pyspark.sql import functions as F
 
-    from psmatch.adapters.kafka import sink_settings, spark_kafka_options
+    from psmatch.adapters.kafka.security import spark_kafka_options
+    from psmatch.adapters.kafka.sink import sink_settings
 
     source, sink = f"{config.events_topic}.ceiling", f"{config.events_topic}.ceiling-out"
     ensure_topics(config.bootstrap_servers, {source: {}, sink: {}},
@@ -621,68 +615,6 @@ machine:
 """
 
 
-def render_table(r: dict[str, Any], command: str) -> str:
-    """docs/bench-streaming.md: the summary of one run, with its command."""
-    tp, lat, ce = r["throughput"], r["latency"], r["ceiling"]
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    return f"""\
-# Streaming benchmark: psmatch against the no-matching ceiling
-
-Written by `bench/bench_streaming.py --write-table` ({when}), from the command:
-
-<!-- not executed: starts Kafka, Redis and Spark and runs for many minutes -->
-```sh
-.venv/bin/python bench/bench_streaming.py {command}
-```
-
-{r["subscriptions"]:,} BE-Gen subscriptions, matching probability
-{r["matching_probability"]} (~{r["matches_per_event"]:,.1f} notifications per event),
-matcher `{r["matcher"]}` in {r["shards"]} shard(s), trigger {r["trigger_s"]} s, Spark
-`local[*]` on this 2-core
-machine (shared with other work while it ran: load average {load} over 1, 5 and 15 min at
-the end), one Kafka broker and one Redis on loopback.
-The ceiling is the same backlog drained in the same run by a streaming query with no
-matching: Kafka → `mapInArrow` decoding each event as the workers do (`parse_event`), one
-record per event → Kafka. Both are timed from the first event published to the last one
-read by the query.
-
-| figure | value |
-| --- | --- |
-| subscribe {r["subscriptions"]:,} (publish → applied in Redis, the batch's workers caught \
-up) | {r["subscribe_s"]:.1f} s{_catch_up_note(r.get("subscribe_workers"))} |
-| warm-up: each Python worker loads the index | {r["warmup_s"]:.1f} s |
-| psmatch: backlog of {tp["events"]:,} events drained | {tp["drain_s"]:.1f} s → \
-**{tp["events_per_s"]:,.0f} events/s** ({tp["notifications_per_s"]:,.0f} notifications/s) |
-| ceiling: the same backlog, no matching | {ce["drain_s"]:.1f} s → \
-**{ce["events_per_s"]:,.0f} events/s** |
-| psmatch / ceiling | **{100 * ce["ratio"]:.0f} %** |
-| latency phase: events/s offered (target {lat["rate_target"]:,.0f}) | {lat["rate_sent"]:,.0f} |
-| publish → notification latency p50 / p99 / max | **{lat["p50_ms"]:,.0f} / \
-{lat["p99_ms"]:,.0f}** / {lat["max_ms"]:,.0f} ms |
-{_warm_up_row(lat)}| latency phase: CPU of the load process (its producer, warm-up included) | \
-{lat["load_cpu_s"]:.1f} s |
-{_churn_row(r)}{_new_worker_row(r)}| Python worker peak resident memory (the most of any worker) | \
-{r["worker_peak_rss_bytes"] / 2**20:,.0f} MiB |
-| index estimated bytes (`Matcher.stats()`, one worker's) | {r["index_bytes"] / 2**20:,.0f} MiB |
-
-Where a psmatch batch's time goes (mean per batch with events; backlog phase:
-{tp["breakdown"]["batches"]:.0f} batches of {tp["breakdown"]["events_per_batch"]:,.0f} events):
-
-| step (backlog phase) | seconds |
-| --- | --- |
-{_bd_rows(tp["breakdown"])}
-
-{CPU_TABLE.format(rows=_cpu_rows(r), phase_s=r["latency"]["phase_s"])}
-Where a batch's time goes in the latency phase, as Spark times its micro-batches
-(`StreamingQueryProgress.durationMs`, mean of the {lat["spark_ms"]["batches"]:.0f} batches
-that read events; `addBatch` is psmatch's `foreachBatch`, the rest Spark's own steps):
-
-| step (latency phase) | ms |
-| --- | --- |
-{_spark_rows(lat["spark_ms"])}"""
-
-
 def _warm_up_row(lat: dict[str, Any]) -> str:
     """The warm-up's latencies, not measured above (no row without a warm-up)."""
     if not lat.get("warm_up_s"):
@@ -728,28 +660,84 @@ def _spark_rows(ms: dict[str, float]) -> str:
     return "\n".join(rows)
 
 
-def record_run(directory: Path, r: dict[str, Any]) -> list[dict[str, Any]]:
-    """Add this run to ``<directory>/bench-streaming-runs.json`` (the last run of each
-    (subscriptions, matcher, shards) is kept); returns every recorded run."""
+RUN_FIELDS = ("subscriptions", "matcher", "shards")
+"""What makes a configuration: the runs file keeps the latest run of each."""
+
+
+def record_run(directory: Path, r: dict[str, Any], command: str) -> list[dict[str, Any]]:
+    """Record this run's summary in ``<directory>/bench-streaming-runs.json`` in place of
+    the earlier run of its configuration (:data:`RUN_FIELDS`); returns every recorded run.
+    Fields a run did not measure (no ``--churn``) are ``None``."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "bench-streaming-runs.json"
     runs = json.loads(path.read_text()) if path.exists() else []
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                            capture_output=True).stdout.strip()  # fmt: skip
+    mib = 2**20
+    churn, worker = r.get("churn"), r["new_worker"]
     run = {
         "subscriptions": r["subscriptions"], "matcher": r["matcher"], "shards": r["shards"],
-        "commit": commit, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": command,
+        "notifications_per_event": r["matches_per_event"],
+        "subscribe_s": r["subscribe_s"],
         "events_per_s": r["throughput"]["events_per_s"],
         "ceiling_events_per_s": r["ceiling"]["events_per_s"],
-        "rate_sent": r["latency"]["rate_sent"],
+        "rate": r["latency"]["rate_target"],
         "warm_up_s": r["latency"]["warm_up_s"],
+        "p50_ms": r["latency"]["p50_ms"], "p99_ms": r["latency"]["p99_ms"],
+        "churn_changes": churn["changes"] if churn else None,
+        "churn_changes_per_s": churn["changes_per_s"] if churn else None,
+        "churn_peak_mib": churn["worker_peak_rss_bytes"] / mib if churn else None,
+        "new_worker_s": worker["wall_s"], "new_worker_replayed": worker["replayed"],
+        "new_worker_peak_mib": worker["peak_rss"] / mib,
+        "worker_peak_mib": r["worker_peak_rss_bytes"] / mib,
+        "index_mib": r["index_bytes"] / mib,
         "latency_quantiles_ms": r["latency_quantiles_ms"],
     }  # fmt: skip
-    same = ("subscriptions", "matcher", "shards")
-    runs = [x for x in runs if any(x[k] != run[k] for k in same)] + [run]
+    runs = [x for x in runs if any(x[k] != run[k] for k in RUN_FIELDS)] + [run]
     runs.sort(key=lambda x: (x["matcher"], x["shards"], x["subscriptions"]))
     path.write_text(json.dumps(runs, indent=1) + "\n")
     return runs
+
+
+TABLE_HEAD = ("| subscriptions, matcher | notifications per event | subscribing all of them | "
+              "backlog drained | ceiling (no matching) | psmatch / ceiling | p50 / p99 publish → "
+              "notification | replacing live subscriptions | a new worker ready (a fresh "
+              "process) | a worker's peak RSS | index (`stats()`) |\n" + "| --- " * 11 + "|")
+
+
+def render_runs(runs: list[dict[str, Any]]) -> str:
+    """docs/bench-streaming.md's results table: a row per recorded configuration."""
+    rows = []
+    for x in sorted(runs, key=lambda x: (x["subscriptions"], x["matcher"] != "psthash",
+                                         x["shards"])):  # fmt: skip
+        shards = f" in {x['shards']} shards" if x["shards"] > 1 else ""
+        churn = ("–" if x["churn_changes"] is None else
+                 f"{x['churn_changes']:,} at **{x['churn_changes_per_s']:,.0f} changes/s** "
+                 f"(a worker's peak then {x['churn_peak_mib']:,.0f} MiB)")  # fmt: skip
+        replayed = ("" if not x["new_worker_replayed"] else
+                    f", {x['new_worker_replayed']:,} changes replayed")  # fmt: skip
+        rows.append(
+            f"| {x['subscriptions']:,}, {x['matcher']}{shards} | "
+            f"{x['notifications_per_event']:,.3g} | {x['subscribe_s']:.1f} s | "
+            f"**{x['events_per_s']:,.0f} events/s** | {x['ceiling_events_per_s']:,.0f} events/s | "
+            f"{100 * x['events_per_s'] / x['ceiling_events_per_s']:.0f} % | "
+            f"{x['p50_ms']:,.0f} / {x['p99_ms']:,.0f} ms at {x['rate']:,.0f} events/s | "
+            f"{churn} | {x['new_worker_s']:.1f} s{replayed} (peak "
+            f"{x['new_worker_peak_mib']:,.0f} MiB) | **{x['worker_peak_mib']:,.0f} MiB** | "
+            f"{x['index_mib']:,.0f} MiB |")
+    commands = [f".venv/bin/python bench/bench_streaming.py {x['command']}"
+                for x in sorted(runs, key=lambda x: (x["subscriptions"], x["matcher"],
+                                                     x["shards"]))]  # fmt: skip
+    return f"""\
+Written by `bench/bench_streaming.py --docs docs` from its latest run of each
+configuration (`docs/bench-streaming-runs.json`), each run by one of these commands:
+
+<!-- not executed: each starts Kafka, Redis and Spark and runs for many minutes -->
+```sh
+{chr(10).join(commands)}
+```
+
+{TABLE_HEAD}
+{chr(10).join(rows)}"""
 
 
 def plot(runs: list[dict[str, Any]], directory: Path) -> None:
@@ -772,7 +760,7 @@ def plot(runs: list[dict[str, Any]], directory: Path) -> None:
                 label=f"ceiling, same runs ({name})")  # fmt: skip
     ax.set(xscale="log", yscale="log", xlabel="live subscriptions",
            ylabel="events/s drained (backlog)",
-           title="Throughput against subscriptions (2 cores)")  # fmt: skip
+           title=f"Throughput against subscriptions ({os.cpu_count()} cores)")  # fmt: skip
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -781,11 +769,11 @@ def plot(runs: list[dict[str, Any]], directory: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for x in runs:
-        q = x["latency_quantiles_ms"]
+        if not (q := x["latency_quantiles_ms"]):  # a run recorded without its distribution
+            continue
         ax.plot([v / 1000 for v in q], [i / (len(q) - 1) for i in range(len(q))],
-                label=f"{x['subscriptions']:,} subs, {label(x)}, "
-                      f"{x['rate_sent']:,.0f} events/s offered, "
-                      f"{x.get('warm_up_s', 0):.0f} s warm-up ({x['commit']})")  # fmt: skip
+                label=f"{x['subscriptions']:,} subs, {label(x)}, {x['rate']:,.0f} events/s "
+                      f"offered, after {x['warm_up_s']:.0f} s of warm-up")  # fmt: skip
     ax.set(xlabel="publish → notification latency (s)", ylabel="share of notifications",
            title="Latency distribution (latency phase, 1 s trigger)")  # fmt: skip
     ax.grid(True, alpha=0.3)
@@ -798,11 +786,12 @@ def plot(runs: list[dict[str, Any]], directory: Path) -> None:
 def render(r: dict[str, Any]) -> str:
     tp, lat = r["throughput"], r["latency"]
     return f"""\
-Measured with `bench/bench_streaming.py` on this 2-core / 24 GiB machine (Spark local[*],
-one Kafka broker, one Redis, all on loopback), {r["subscriptions"]:,} BE-Gen subscriptions
+Measured with `bench/bench_streaming.py` on {os.cpu_count()} cores of {cpu_model()} (Spark
+local[*], one Kafka broker, one Redis, all on loopback), {r["subscriptions"]:,} BE-Gen subscriptions
 (matching probability {r["matching_probability"]}, i.e. ~{r["matches_per_event"]:,.0f} notifications
 per event), matcher `{r["matcher"]}` in {r["shards"]} shard(s), trigger {r["trigger_s"]} s.
-Latency is sampled on every 10th notification as it arrives at a consumer.
+Latency: every {SAMPLE_EVERY}th notification of partition 0, the broker's append time less
+its event's timestamp, after {lat["warm_up_s"]:.0f} s of warm-up at the same rate.
 
 | phase | figure |
 | --- | --- |

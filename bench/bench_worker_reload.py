@@ -13,10 +13,13 @@ resident memory:
 3. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
    from the change log.
 
+``--docs docs`` writes the table, with the command, to ``docs/bench-streaming.md``
+(between its ``bench_worker_reload`` markers).
+
 Usage::
 
     .venv/bin/python bench/bench_worker_reload.py --subscriptions 100000 \\
-        --matching-probability 0.0001 [--matcher psthash] [--changes 20000]
+        --matching-probability 0.0001 [--matcher psthash] [--changes 20000] [--docs docs]
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
+
+from docsection import replace_section  # noqa: E402 - beside this script
 
 from psmatch.adapters.state import SourceChange, StateStore  # noqa: E402
 from psmatch.devservers.local import RedisServer  # noqa: E402
@@ -81,6 +86,7 @@ def main() -> int:
     ap.add_argument("--matcher", default="psthash")
     ap.add_argument("--changes", type=int, default=20_000, help="puts replayed by the catch-up")
     ap.add_argument("--redis-url")
+    ap.add_argument("--docs", type=Path, help="write the table to <dir>/bench-streaming.md")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
@@ -122,15 +128,23 @@ def main() -> int:
         assert ready["replayed"] == args.changes and ready["subscriptions"] == len(subs)
         log.info("ready from the snapshot: %s", ready)
         mib = 2**20
-        print(
-            f"matcher {args.matcher}, {len(subs):,} BE-Gen subscriptions (matching "
-            f"probability {args.matching_probability}), each step a new process:\n"
-            f"  full reload + snapshot write ({size / 1e6:.0f} MB): {reload['wall_s']:.1f} s "
-            f"wall, {reload['cpu_s']:.1f} s CPU, peak RSS {reload['peak_rss'] / mib:,.0f} MiB\n"
-            f"  ready from the snapshot + {args.changes:,} changes replayed: "
-            f"{ready['wall_s']:.1f} s wall, {ready['cpu_s']:.1f} s CPU, peak RSS "
-            f"{ready['peak_rss'] / mib:,.0f} MiB"
-        )
+        table = (
+            f"| step ({args.matcher}, {len(subs):,} BE-Gen subscriptions, matching probability "
+            f"{args.matching_probability}; each a new process) | wall | CPU | peak RSS |\n"
+            "| --- | --- | --- | --- |\n"
+            f"| full reload from Redis + snapshot write ({size / 1e6:,.0f} MB) | "
+            f"{reload['wall_s']:.1f} s | {reload['cpu_s']:.1f} s | "
+            f"{reload['peak_rss'] / mib:,.0f} MiB |\n"
+            f"| a new worker: snapshot loaded + {args.changes:,} changes replayed | "
+            f"**{ready['wall_s']:.1f} s** | {ready['cpu_s']:.1f} s | "
+            f"{ready['peak_rss'] / mib:,.0f} MiB |"
+        )  # fmt: skip
+        print(table)
+        if args.docs:
+            replace_section(args.docs / "bench-streaming.md", "bench_worker_reload", (
+                "<!-- not executed: starts redis-server and runs for minutes -->\n```sh\n"
+                f".venv/bin/python bench/bench_worker_reload.py {' '.join(sys.argv[1:])}\n"
+                f"```\n\n{table}"))  # fmt: skip
     finally:
         store.clear()
         if redis is not None:

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for random subscriptions and events, shared by the index tests.
+"""Hypothesis strategies for random subscriptions and events, and helpers, shared by the tests.
 
 Values are drawn from small pools rich in edge cases (ints past 2**53, the int64
 limits, -0.0, unicode, empty and NUL-carrying strings, booleans) so that random
@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from psmatch.errors import ExpressionError
-from psmatch.language import Subscription, parse_subscription
+from psmatch.language import Predicate, Subscription, parse_subscription
 
 ATTRIBUTES = ["a", "b", "c", "u.v", "`odd name`"]
 NUMBERS = [0, 1, -1, 2, 3, 7, 2.5, -0.0, 0.5, 2**53, 2**53 + 1, 2**53 + 2, 2.0**53,
@@ -142,3 +142,28 @@ def parsed(texts: list[str]) -> list[Subscription]:
         except ExpressionError:
             continue
     return out
+
+
+def only_predicates(text: str) -> dict[str, Predicate]:
+    """The predicates of the one conjunct ``text`` normalises to, by attribute."""
+    (conjunct,) = parse_subscription(text).conjuncts
+    return {p.attribute: p for p in conjunct.predicates}
+
+
+SEPARATORS = [" and ", " AND ", "\tand\n", "  And  ", " and", "and ", " or ", " and not "]
+NOISE = [*"`'\"\\ ()=<>!,-+.0123456789eE%_a", " and ", " in ", " not ", " between ", " like ",
+         " true", "\u00e9", "\uff11", "\\u"]
+
+
+@st.composite
+def conjunction_texts(draw: st.DrawFn) -> str:
+    """Conjunctions of random comparisons (every operator and kind), joined in several
+    spellings, sometimes with a character inserted or removed somewhere."""
+    parts = draw(st.lists(comparisons(), min_size=1, max_size=6))
+    text = parts[0] + "".join(draw(st.sampled_from(SEPARATORS)) + p for p in parts[1:])
+    text = draw(st.sampled_from(["", " ", "\n"])) + text + draw(st.sampled_from(["", " "]))
+    if draw(st.booleans()):
+        at = draw(st.integers(0, len(text)))
+        cut = draw(st.integers(0, 2))
+        text = text[:at] + draw(st.sampled_from(["", *NOISE])) + text[at + cut:]
+    return text

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from psmatch import language
 from psmatch.begen.adversarial import STEP_BOUND, TEXT_BOUND, values
 from psmatch.errors import ExpressionLimitError
 from psmatch.language import (
@@ -22,7 +21,9 @@ from psmatch.language import (
     MAX_NORMALISATION_STEPS,
     MAX_TEXT,
     Interval,
+    normalise,
     parse_subscription,
+    predicates,
 )
 
 
@@ -42,7 +43,10 @@ def intervals_built(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], in
             raise RunawayNormalisation(f"{built} intervals built")
         return Interval(*fields)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(language, "Interval", counted)
+    # the two modules that build intervals: the predicate of each comparison, and the
+    # normaliser's intersections
+    monkeypatch.setattr(predicates, "Interval", counted)
+    monkeypatch.setattr(normalise, "Interval", counted)
     yield lambda: built
 
 

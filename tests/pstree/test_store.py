@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.events import flatten_event
 from psmatch.language import Conjunct, Predicate
-from psmatch.language.encoding import ConjunctColumns
+from psmatch.language.columns import ConjunctColumns
 from psmatch.pstree.forest import Forest
 from psmatch.pstree.store import ConjunctStore, operator_ranks, run_field, run_starts
 from tests.strategies import events, expressions, parsed

@@ -36,7 +36,7 @@ from psmatch.core.heap import gc_paused, release_free_heap
 from psmatch.core.slot_ids import SlotIds
 from psmatch.events import FlatEvent, flatten_event
 from psmatch.language import Conjunct, Subscription, parse_subscription
-from psmatch.language.encoding import SubscriptionColumns
+from psmatch.language.columns import SubscriptionColumns
 
 
 @dataclass(frozen=True, slots=True)

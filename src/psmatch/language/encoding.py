@@ -1,22 +1,15 @@
-"""A subscription's normal form outside its objects: as JSON text, and as columns.
+"""A subscription's normal form as JSON text, what the service's change log carries.
 
-Owns two representations of the DNF that :mod:`psmatch.language` parses a subscription to:
+The service parses a subscription once, on its way in, and logs this text
+(:func:`dump_normal_form`), so that its workers read the normal form instead of parsing
+the expression again: one subscription's objects (:func:`load_normal_form`), or a batch
+of texts straight into :class:`~psmatch.language.columns.SubscriptionColumns`
+(:func:`load_normal_forms`), with no object per predicate or interval (C loops over the
+decoded lists, types checked by table lookups)::
 
-* the **text**, JSON (:func:`dump_normal_form`, :func:`load_normal_form`). The service
-  parses a subscription once, on its way in, and the change log carries this text, so
-  that its workers read the normal form instead of parsing the expression again::
-
-      [conjunct, ...]; a conjunct is [predicate, ...]; a predicate is
-      [attribute, kind, [lo, lo_closed, hi, hi_closed, ...]] and, with patterns, a
-      fourth item [[form, text, negated], ...]
-
-* the **columns** of many subscriptions (:class:`SubscriptionColumns`, whose conjuncts
-  are :class:`ConjunctColumns`): a count per subscription and per conjunct, a row per
-  predicate and per interval, which the PS-Tree store files in bulk.
-  :func:`load_normal_forms` reads a batch of texts straight into them, with no object per
-  predicate or interval (C loops over the decoded lists, types checked by table
-  lookups); :meth:`ConjunctColumns.of_conjuncts` reads conjunct objects into them, and
-  :meth:`SubscriptionColumns.subscriptions` builds the objects back.
+    [conjunct, ...]; a conjunct is [predicate, ...]; a predicate is
+    [attribute, kind, [lo, lo_closed, hi, hi_closed, ...]] and, with patterns, a
+    fourth item [[form, text, negated], ...]
 
 A normal form read from text is checked for its shape and the kinds of its values, not
 for intervals sorted and disjoint: it must come from :func:`dump_normal_form` of a parsed
@@ -26,19 +19,26 @@ subscription (the service's own change log).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
 
 from psmatch.errors import ExpressionError
-from psmatch.language import Conjunct, Interval, Kind, Pattern, Predicate, Subscription, Value
+from psmatch.language import (
+    KIND_OF_CODE,
+    Conjunct,
+    Interval,
+    Kind,
+    Pattern,
+    Predicate,
+    Subscription,
+)
+from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
 
-_KINDS = {int(kind): kind for kind in Kind}
 _new_tuple = tuple.__new__
 _BOUND_TYPES = {Kind.NUMBER: frozenset({int, float, type(None)}),
                 Kind.STRING: frozenset({str, type(None)}),
@@ -48,17 +48,10 @@ _TYPE_CODE = {type(None): 0, bool: 1, int: 2, float: 3, str: 4}
 _ALLOWED = np.array([[t in _BOUND_TYPES[kind] for t in (*_TYPE_CODE, object)] for kind in Kind])
 """Whether a bound of each type may bound an interval of each kind: ``[kind, type code]``."""
 
-_PREDICATES, _INTERVALS = attrgetter("predicates"), attrgetter("intervals")
-_ATTRIBUTE, _KIND, _PATTERNS = attrgetter("attribute"), attrgetter("kind"), attrgetter("patterns")
-_LO, _LO_CLOSED = attrgetter("lo"), attrgetter("lo_closed")
-_HI, _HI_CLOSED = attrgetter("hi"), attrgetter("hi_closed")
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 _MALFORMED = (TypeError, ValueError, IndexError, KeyError, OverflowError, RecursionError)
 """What reading a malformed form raises: a wrong shape or type, a kind past 64 bits,
 arrays nested deeper than the JSON decoders recurse."""
-
-
-# -- text -------------------------------------------------------------------------------------
 
 
 def dump_normal_form(subscription: Subscription) -> str:
@@ -88,10 +81,11 @@ def _loads(form: str) -> Any:
 def load_normal_form(text: str, form: str) -> Subscription:
     """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
     without parsing ``text``: its objects, one per conjunct, predicate and interval.
-    With the stored record's JSON (:func:`psmatch.service.records.load_stored`), 15.6 µs on
-    BE-Gen subscriptions, where :func:`psmatch.language.parse_subscription` takes 36.7 µs;
-    27.4 against 126.9 µs on a mix of every operator (docs/bench-parser.md, as run at
-    stop 38). :func:`load_normal_forms` reads many into columns instead.
+    With the stored record's JSON (:func:`psmatch.service.records.load_stored`), about
+    half the time of :func:`psmatch.language.parse_subscription` on BE-Gen subscriptions
+    and a quarter on a mix of every operator (``.venv/bin/python bench/bench_parser.py``,
+    its operations ``load`` and ``parse_subscription``). :func:`load_normal_forms` reads
+    many into columns instead.
 
     :class:`ExpressionError` if the shape or the kind of a value is wrong.
     """
@@ -118,7 +112,7 @@ def _load_predicate(item: list) -> Predicate:
         patterns = tuple(map(_load_pattern, listed))
     if attribute.__class__ is not str or kind.__class__ is not int:
         raise ValueError(f"attribute {attribute!r:.100} of kind {kind!r:.20}")
-    kind = _KINDS[kind]
+    kind = KIND_OF_CODE[kind]
     allowed = _BOUND_TYPES[kind]
     if len(bounds) == 4:
         lo, lo_closed, hi, hi_closed = bounds
@@ -139,105 +133,6 @@ def _load_pattern(item: list) -> Pattern:
             or negated.__class__ is not bool:
         raise ValueError(f"pattern {item!r:.100}")
     return Pattern(form, text, negated)
-
-
-# -- columns ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class ConjunctColumns:
-    """Many conjuncts as columns: per conjunct its number of predicates; per predicate
-    (conjunct by conjunct, in the conjunct's order) its attribute, kind, number of
-    intervals and any ``like`` patterns; per interval (predicate by predicate) its four
-    bounds (``None``: unbounded)."""
-
-    predicate_count: np.ndarray
-    """int64, per conjunct."""
-    attribute: list[str]
-    kind: np.ndarray
-    """int64 :class:`psmatch.language.Kind` values, per predicate."""
-    interval_count: np.ndarray
-    """int64, per predicate."""
-    patterns: dict[int, tuple[Pattern, ...]]
-    """The patterns of each predicate that has some, by predicate row (most have none)."""
-    lo: list[Value | None]
-    lo_closed: np.ndarray
-    hi: list[Value | None]
-    hi_closed: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.predicate_count)
-
-    @classmethod
-    def of_conjuncts(cls, conjuncts: Sequence[Conjunct]) -> ConjunctColumns:
-        """The columns of ``conjuncts``. Cost O(predicates + intervals) in C loops
-        (``map`` over attribute getters), no Python frame per predicate."""
-        by_conjunct = list(map(_PREDICATES, conjuncts))
-        predicates = list(chain.from_iterable(by_conjunct))
-        n = len(predicates)
-        has_patterns = np.fromiter(map(bool, map(_PATTERNS, predicates)), bool, n)
-        by_predicate = list(map(_INTERVALS, predicates))
-        intervals = list(chain.from_iterable(by_predicate))
-        m = len(intervals)
-        return cls(
-            predicate_count=np.fromiter(map(len, by_conjunct), np.int64, len(by_conjunct)),
-            attribute=list(map(_ATTRIBUTE, predicates)),
-            kind=np.fromiter(map(_KIND, predicates), np.int64, n),
-            interval_count=np.fromiter(map(len, by_predicate), np.int64, n),
-            patterns={p: predicates[p].patterns for p in np.flatnonzero(has_patterns).tolist()},
-            lo=list(map(_LO, intervals)),
-            lo_closed=np.fromiter(map(_LO_CLOSED, intervals), bool, m),
-            hi=list(map(_HI, intervals)),
-            hi_closed=np.fromiter(map(_HI_CLOSED, intervals), bool, m),
-        )
-
-    @property
-    def has_patterns(self) -> np.ndarray:
-        """Whether each predicate has ``like`` patterns (bool, per predicate)."""
-        mask = np.zeros(len(self.kind), dtype=bool)
-        mask[list(self.patterns)] = True
-        return mask
-
-    def conjuncts(self, which: Iterable[int] | None = None) -> list[Conjunct]:
-        """The objects of the conjuncts ``which`` (default: all), in that order. Cost
-        O(conjuncts) for the offsets, then an object per predicate and interval of
-        those conjuncts."""
-        p_start = (np.cumsum(self.predicate_count) - self.predicate_count).tolist()
-        i_start = (np.cumsum(self.interval_count) - self.interval_count).tolist()
-        sizes, kinds = self.predicate_count.tolist(), self.kind.tolist()
-        counts = self.interval_count.tolist()
-        lo_closed, hi_closed = self.lo_closed.tolist(), self.hi_closed.tolist()
-
-        def predicate(p: int) -> Predicate:
-            first = i_start[p]
-            return Predicate(self.attribute[p], _KINDS[kinds[p]], tuple(map(
-                Interval, self.lo[first:first + counts[p]], lo_closed[first:first + counts[p]],
-                self.hi[first:first + counts[p]], hi_closed[first:first + counts[p]])),
-                self.patterns.get(p, ()))  # fmt: skip
-
-        return [Conjunct(tuple(map(predicate, range(p_start[c], p_start[c] + sizes[c]))))
-                for c in (range(len(sizes)) if which is None else which)]
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class SubscriptionColumns:
-    """Many subscriptions' normal forms as columns: each subscription's text and number
-    of conjuncts, and the conjuncts of all of them, subscription by subscription."""
-
-    texts: list[str]
-    conjunct_count: np.ndarray
-    """int64, per subscription; each at least 1."""
-    conjuncts: ConjunctColumns
-
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def subscriptions(self) -> list[Subscription]:
-        """The objects of every subscription, in order. Cost: an object per conjunct,
-        predicate and interval."""
-        conjuncts = iter(self.conjuncts.conjuncts())
-        return [Subscription(text, tuple(next(conjuncts) for _ in range(count)))
-                for text, count in zip(self.texts, self.conjunct_count.tolist(), strict=True)]
 
 
 def load_normal_forms(texts: Sequence[str], forms: Sequence[str]) -> SubscriptionColumns:

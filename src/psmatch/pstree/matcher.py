@@ -24,7 +24,7 @@ from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates, IndexedMatcher
 from psmatch.events import FlatEvent
 from psmatch.language import Conjunct
-from psmatch.language.encoding import ConjunctColumns, SubscriptionColumns
+from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
 from psmatch.pstree.forest import Forest, LocatedBatch
 from psmatch.pstree.store import ConjunctStore, InsertedConjuncts
 

@@ -25,7 +25,7 @@ from psmatch.core.columns import GrowableArray, expand_ranges, set_bits
 from psmatch.core.heap import release_free_heap
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.language import Conjunct, Interval, Kind, Predicate
-from psmatch.language.encoding import ConjunctColumns
+from psmatch.language.columns import ConjunctColumns
 from psmatch.pstree.forest import UNBOUNDED_HI, Forest, Splits
 from psmatch.pstree.kernels import ROW_HI, ROW_LO, ROW_TREE, verify_candidates
 
