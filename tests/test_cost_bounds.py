@@ -14,8 +14,9 @@ import pytest
 
 from psmatch import MATCHERS, make_matcher
 from psmatch.language import parse_subscription
-from psmatch.pstree import store as store_module
+from psmatch.pstree import rows as rows_module
 from psmatch.pstree.forest import PSTree
+from psmatch.pstree.store import ConjunctStore
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
 WIDE = 3000
@@ -192,7 +193,7 @@ def test_a_bulk_removal_releases_rows_once_and_each_tree_once(
 
         monkeypatch.setattr(cls, method, wrapper)
 
-    counted(store_module.ConjunctStore, "release")
+    counted(ConjunctStore, "release")
     counted(PSTree, "remove_bounds")
     # all 4,000 bounds of these go: 4,000 merges
     matcher.remove_many([str(i) for i in range(0, 2_000, 2)])
@@ -209,7 +210,7 @@ def test_a_store_compaction_moves_rows_in_place_a_block_at_a_time(
     """Compaction moves the live rows left a block at a time and shrinks the columns:
     its peak is a block's temporaries and a column of live cids, not a copy of the rows
     (which raised a 1M worker's peak by 230 MiB at each purge under churn)."""
-    monkeypatch.setattr(store_module, "ROW_BLOCK", 1000)  # rows split across many blocks
+    monkeypatch.setattr(rows_module, "ROW_BLOCK", 1000)  # rows split across many blocks
     texts = {str(i): f"a = {i % 97} and b < {i} and c in ({i % 7}, {i % 11}) and d > {i}"
              for i in range(20_000)}
     matcher = make_matcher("psthash")

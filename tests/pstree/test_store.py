@@ -21,7 +21,8 @@ from psmatch.events import flatten_event
 from psmatch.language import Conjunct, Predicate
 from psmatch.language.columns import ConjunctColumns
 from psmatch.pstree.forest import Forest
-from psmatch.pstree.store import ConjunctStore, operator_ranks, run_field, run_starts
+from psmatch.pstree.rows import run_field, run_starts
+from psmatch.pstree.store import ConjunctStore, operator_ranks
 from tests.strategies import events, expressions, parsed
 
 

@@ -40,9 +40,9 @@ from psmatch.pstree.forest import UNBOUNDED_HI
 ROW_TREE, ROW_LO, ROW_HI = range(3)
 """Columns of the ``[rows, 3]`` int32 table of predicate rows the kernel reads: the row's
 tree, its low end and the bound code of its hull's high end
-(:func:`psmatch.pstree.store.bound_codes`). The low end is the bound code of the hull's
+(:func:`psmatch.pstree.rows.bound_codes`). The low end is the bound code of the hull's
 low end for a single interval, and ``-2 - start`` for a predicate of several, ``start``
-where its interval run starts in the store's runs (:func:`psmatch.pstree.store.run_starts`):
+where its interval run starts in the store's runs (:func:`psmatch.pstree.rows.run_starts`):
 a bound code is -1 (unbounded) or more."""
 MERGE_RATIO = 16
 """:func:`hashed_pair_entries` merges two sorted runs whose lengths are within this
@@ -59,7 +59,7 @@ def verify_candidates(events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
     ``positions`` is the ``[events, trees]`` position matrix (-1: the event lacks the
     tree's attribute, which no row admits); ``rows`` the ``[rows, 3]`` table of predicate
     rows (:data:`ROW_TREE` ..); ``tree_mask`` the conjuncts' tree masks
-    (:func:`psmatch.pstree.store.tree_masks`): a candidate needing a tree its event lacks
+    (:func:`psmatch.pstree.rows.tree_masks`): a candidate needing a tree its event lacks
     is dropped on its mask, before its rows are read; ``runs`` the store's interval runs;
     the other arrays are the registry's and the forest's columns
     (:class:`psmatch.pstree.store.ConjunctStore`). A predicate holds when the event's

@@ -193,7 +193,7 @@ class PSTBloomMatcher(ForestMatcher):
                                     np.maximum(store.pred_count.data[cids].astype(np.int64) - 1, 0))
         iv_owner, *bounds = store.intervals(pids)
         trees = store.pred_tree[pids][iv_owner]
-        lo, hi = store._positions(*bounds)
+        lo, hi = store.positions(*bounds)
         cover = np.maximum(np.minimum(hi, sizes[trees] - 1) - lo + 1, 0)
         signed_row = np.bincount(iv_owner, weights=cover, minlength=len(pids)) <= WIDE_SPACES
         signed_iv = signed_row[iv_owner]

@@ -1,14 +1,15 @@
-"""The predicate rows of indexed conjuncts and their exact verification.
+"""The conjunct store: predicate rows filed against the forest, and their exact verification.
 
-Owns the part every forest matcher shares: each conjunct's predicates, stored as rows of
-numpy columns in *access order* (most selective first, by the event counters of the
-spaces they cover, with the paper's operator ranking breaking ties and standing in when
-there is no history), their intervals as bound codes (bound ids into the
-:class:`psmatch.pstree.forest.Forest`, with the closed flag in the low bit), and
+Owns the part every forest matcher shares: each conjunct's predicates, stored as
+:class:`psmatch.pstree.rows.PredicateRows` in *access order* (most selective first, by the
+event counters of the spaces they cover, with the paper's operator ranking breaking ties
+and standing in when there is no history), their bounds referenced in the
+:class:`psmatch.pstree.forest.Forest` and the spaces they cover counted there; and
 :meth:`ConjunctStore.verify`, which checks a batch of (event, conjunct) candidates
 predicate by predicate with integer comparisons on space positions, dropping a candidate
 at its first false predicate (the compiled loop of
-:func:`psmatch.pstree.kernels.verify_candidates`).
+:func:`psmatch.pstree.kernels.verify_candidates`). What an insert stored is handed to the
+matchers as :class:`InsertedConjuncts`.
 
 Conjunct ids (``cid``) come from the :class:`psmatch.core.registry.ConjunctRegistry`;
 the store keeps rows per cid and reads liveness and residual conjuncts from it.
@@ -21,57 +22,24 @@ from itertools import pairwise, repeat
 
 import numpy as np
 
-from psmatch.core.columns import GrowableArray, expand_ranges, set_bits
-from psmatch.core.heap import release_free_heap
+from psmatch.core.columns import expand_ranges
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.language import Conjunct, Interval, Kind, Predicate
-from psmatch.language.columns import ConjunctColumns
+from psmatch.language.encoding import ConjunctColumns
 from psmatch.pstree.forest import UNBOUNDED_HI, Forest, Splits
-from psmatch.pstree.kernels import ROW_HI, ROW_LO, ROW_TREE, verify_candidates
+from psmatch.pstree.kernels import verify_candidates
+from psmatch.pstree.rows import (
+    ROW_DTYPE,
+    PredicateRows,
+    bound_codes,
+    run_field,
+    run_starts,
+    tree_masks,
+)
 
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
 out, is *near-full* (:func:`near_full`)."""
-ROW_BLOCK = 1 << 18
-"""Rows :meth:`ConjunctStore.compact` moves at once: its temporaries, a few int64
-columns, are a block's (a compaction's first block of 2^20 rows took 81 MiB at 1M
-BE-Gen subscriptions, of 2^18 about a quarter of it)."""
-ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi"], "formats": [np.int32] * 3,
-                      "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI]})
-"""A predicate row of :attr:`ConjunctStore.rows`: its tree, its low end and the bound code
-of its hull's high end (:func:`bound_codes`), each field at the column of the
-verification kernel's ``[rows, 3]`` table (:data:`psmatch.pstree.kernels.ROW_TREE` ..),
-so that the rows are that table as they are. The low end is the bound code of the
-hull's low end for a single interval; a predicate of several intervals has
-:func:`run_field` of the start of its interval run in :attr:`ConjunctStore.runs` there
-(whose first interval's low end is the hull's)."""
-
-
-def run_field(start: np.ndarray) -> np.ndarray:
-    """The low-end field of rows whose interval runs start at ``start``: ``-2 - start``,
-    below every bound code (-1 or more). O(n), vectorised."""
-    return (-2 - start).astype(np.int32)
-
-
-def run_starts(lo: np.ndarray) -> np.ndarray:
-    """Where the interval run of each row whose low-end field is ``lo`` starts (int64), -1
-    for a row of a single interval. O(n), vectorised."""
-    lo = lo.astype(np.int64)
-    return np.where(lo <= -2, -2 - lo, -1)
-
-
-def bound_codes(bid: np.ndarray, closed: np.ndarray) -> np.ndarray:
-    """Interval ends as the store keeps them: ``bound id * 2 + closed``, -1 for an
-    unbounded end (which is open). One int32 where a bound id and a flag took 5 bytes,
-    and the kernel reads the flag with the id. O(n), vectorised."""
-    return np.where(bid < 0, -1, bid * 2 + closed).astype(np.int32)
-
-
-def decode_bounds(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The bound ids (-1: unbounded) and closed flags of bound codes. O(n), vectorised."""
-    codes = codes.astype(np.int64)
-    return codes >> 1, (codes >= 0) & (codes & 1 == 1)  # -1 >> 1 is -1
-
 
 def operator_ranks(iv_pred: np.ndarray, iv_first: np.ndarray, niv: np.ndarray,
                    lo_bid: np.ndarray, lo_closed: np.ndarray, hi_bid: np.ndarray,
@@ -94,21 +62,6 @@ def operator_ranks(iv_pred: np.ndarray, iv_first: np.ndarray, niv: np.ndarray,
     return rank * 1024 + np.minimum(niv, 1023)
 
 
-def tree_masks(owner: np.ndarray, tree: np.ndarray, n: int) -> np.ndarray:
-    """The tree mask of each of ``n`` conjuncts whose predicates are on trees ``tree``
-    (conjunct ``owner``): bit ``t % 64`` set for each tree ``t``.
-
-    Every predicate is false on an event that lacks its tree's attribute (or has it
-    with a value of another kind), so a conjunct needing a bit that is not in the mask
-    of the trees an event has cannot match it: the verification kernel drops such a
-    candidate before it reads the conjunct's rows. A bit shared by two trees only lets a
-    candidate through to the exact check. O(predicates).
-    """
-    masks = np.zeros(n, dtype=np.uint64)
-    set_bits(masks, (owner.astype(np.uint64) << np.uint64(6)) | (tree & 63).astype(np.uint64))
-    return masks
-
-
 def near_full(cover: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
     """Whether predicates covering ``cover`` spaces of their tree and leaving out
     ``uncovered`` cover nearly all of it (``!=``, ``not in``, ranges open to almost the
@@ -122,67 +75,96 @@ def near_full(cover: np.ndarray, uncovered: np.ndarray) -> np.ndarray:
     return (cover > NEAR_FULL_SPACES) & (cover >= 8 * uncovered)
 
 
-class ConjunctStore:
-    """Predicates as rows in access order, per conjunct id of the registry.
+def tree_ids(forest: Forest, attribute: list[str], kind: np.ndarray) -> np.ndarray:
+    """The tree of each predicate's (attribute, kind), trees created for new ones in
+    order of first appearance. O(n) in C loops."""
+    tree_of = forest.tree_of
+    keys = list(zip(attribute, kind.tolist(), strict=True))
+    tids = np.fromiter(map(tree_of.get, keys, repeat(-1)), np.int64, len(keys))
+    missing = np.flatnonzero(tids < 0)
+    if len(missing):
+        new = list(map(keys.__getitem__, missing.tolist()))
+        for name, k in dict.fromkeys(new):
+            forest.tree(name, Kind(k))
+        tids[missing] = np.fromiter(map(tree_of.__getitem__, new), np.int64, len(new))
+    return tids
 
-    Columns per conjunct: ``pred_start``/``pred_count`` (its predicate rows) and
-    ``tree_mask`` (the trees its predicates are on, see :func:`tree_masks`). Per
-    predicate row, :attr:`rows` (:data:`ROW_DTYPE`): its tree (:attr:`pred_tree`), the
-    bound code of its hull's low end (:func:`bound_codes`, :meth:`hull`) or, for a
-    predicate of several intervals (``in``, ``!=``, ``not in``: 13 % of BE-Gen's
-    predicates), the start of its *run* in :attr:`runs` (:func:`run_field`): the
-    interval count, then each interval's low and high bound codes; and its hull's high
-    end. A single interval is its hull and has no run. 12 bytes a row and 8 an interval
-    of a run: at 1M BE-Gen subscriptions (5M rows, 7M intervals) 84 MB, where rows with
-    a run field of their own took 104 MB, and with cached hull positions, interval
-    starts and intervals as two bound ids and two flags 170 MB. Conjuncts with ``like``
-    suffix/contains patterns, which rows cannot hold, are residual in the registry.
+def count_cover(forest: Forest, first: np.ndarray, count: np.ndarray, layout: np.ndarray,
+                step: int = 1) -> None:
+    """Add ``step`` (one, or minus one for released intervals) to the predicate
+    counter of every space the intervals cover, once per interval (global layout
+    positions ``first .. first + count - 1``).
+
+    Cost O(min(spaces covered, layout + intervals)): intervals covering nearly a
+    whole tree (``!=``, ``not in``) are counted by a running sum over the layout, not
+    expanded, so a flood of them stays linear.
+    """
+    counter = forest.spaces.predicate_counter
+    if int(count.sum()) <= len(layout):
+        _, covered = expand_ranges(first, count)
+        # the counter's own type: with a Python int, ``np.add.at`` casts each entry
+        # (about 30 times slower)
+        np.add.at(counter, layout[covered], counter.dtype.type(step))
+        return
+    delta = np.bincount(first, minlength=len(layout) + 1)
+    delta -= np.bincount(first + count, minlength=len(layout) + 1)
+    counter[layout] += step * np.cumsum(delta[:-1]).astype(np.int32)
+
+def reference_bounds(forest: Forest, iv_tree: np.ndarray, ends: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, Splits]:
+    """Reference every bounded interval end in its tree: ``ends`` holds the
+    intervals' lower ends, then their upper ends (None: unbounded). Returns the
+    bound ids of both (-1: unbounded) and the splits."""
+    n = len(iv_tree)
+    bounded = np.flatnonzero(ends != None)  # noqa: E711 - elementwise test on objects
+    end_tree = np.concatenate([iv_tree, iv_tree])[bounded]
+    if not len(bounded) or (end_tree == end_tree[0]).all():
+        groups = [bounded]  # one tree (a flood on one attribute): nothing to group
+    else:
+        order = np.argsort(end_tree, kind="stable")
+        groups = np.split(bounded[order], np.flatnonzero(np.diff(end_tree[order])) + 1)
+    del end_tree
+    bids = np.full(2 * n, -1, dtype=np.int64)
+    splits: list[Splits] = []
+    for group in groups:
+        if not len(group):
+            continue
+        tree = forest.trees[int(iv_tree[group[0] % n])]
+        group_bids, group_splits = forest.add_bounds(tree, ends[group])
+        bids[group] = group_bids
+        splits.append(group_splits)
+    return bids[:n], bids[n:], Splits.join(splits)
+
+def event_fraction(forest: Forest, iv_pred: np.ndarray, iv_tree: np.ndarray, lo: np.ndarray,
+                   hi: np.ndarray, n_preds: int, base: np.ndarray) -> np.ndarray:
+    """Share of each predicate's tree's past events that fell in its spaces (zero
+    before any event, without building the history)."""
+    if not forest.event_version:
+        return np.zeros(n_preds)
+    totals, cumulative = forest.event_history()
+    if not totals.any():
+        return np.zeros(n_preds)
+    hits = cumulative[base[iv_tree] + hi + 1] - cumulative[base[iv_tree] + lo]
+    per_pred = np.bincount(iv_pred, weights=hits, minlength=n_preds)
+    pred_tree = np.zeros(n_preds, dtype=np.int64)
+    pred_tree[iv_pred] = iv_tree
+    return per_pred / np.maximum(totals[pred_tree], 1.0)
+
+
+class ConjunctStore(PredicateRows):
+    """The predicate rows of the registry's conjuncts, filed against the forest.
+
+    Inserting conjuncts puts their predicates in access order, references their bounds
+    in the PS-Trees and counts the spaces they cover; releasing them undoes both. At 1M
+    BE-Gen subscriptions (5M rows, 7M intervals) the rows take 84 MB. Conjuncts with
+    ``like`` suffix/contains patterns, which rows cannot hold, are residual in the
+    registry.
     """
 
     def __init__(self, forest: Forest, registry: ConjunctRegistry) -> None:
+        super().__init__()
         self.forest = forest
         self.registry = registry
-        self.pred_start = GrowableArray(np.int32)
-        self.pred_count = GrowableArray(np.int32)
-        self.tree_mask = GrowableArray(np.uint64)
-        self.rows = GrowableArray(ROW_DTYPE)
-        self.runs = GrowableArray(np.int32)
-        self.dead_rows = 0
-
-    @property
-    def pred_tree(self) -> np.ndarray:
-        """The tree of each predicate row (a view of :attr:`rows`, valid below
-        ``len(rows)``)."""
-        return self.rows.data["tree"]
-
-    def interval_counts(self, pids: np.ndarray) -> np.ndarray:
-        """The number of intervals of each predicate row of ``pids`` (int64). O(len(pids)),
-        vectorised."""
-        return self._counts_of_runs(run_starts(self.rows.data["lo"][pids]))
-
-    def _counts_of_runs(self, run: np.ndarray) -> np.ndarray:
-        """The number of intervals of rows whose runs start at ``run`` (-1: one)."""
-        counts = np.ones(len(run), dtype=np.int64)
-        multi = run >= 0
-        counts[multi] = self.runs.data[run[multi]]
-        return counts
-
-    def intervals(self, pids: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Every interval of the predicate rows ``pids``, in order: ``(owner, lo_bid,
-        lo_closed, hi_bid, hi_closed)``, ``owner`` the index in ``pids`` of each
-        interval's row (bound id -1: unbounded). O(len(pids) + intervals), vectorised."""
-        rows = self.rows.data[pids]
-        run = run_starts(rows["lo"])
-        counts = self._counts_of_runs(run)
-        owner = np.repeat(np.arange(len(pids)), counts)
-        lo, hi = rows["lo"][owner], rows["hi"][owner]  # a single interval is the hull
-        multi = np.flatnonzero(run >= 0)
-        first = np.cumsum(counts) - counts
-        run_owner, at = expand_ranges(first[multi], counts[multi])
-        code = run[multi][run_owner] + 1 + 2 * (at - first[multi][run_owner])
-        lo[at], hi[at] = self.runs.data[code], self.runs.data[code + 1]
-        return owner, *decode_bounds(lo), *decode_bounds(hi)
 
     # -- insertion and removal ------------------------------------------------------
 
@@ -200,7 +182,7 @@ class ConjunctStore:
         n_preds = len(conjuncts.kind)
         p_conj_column = np.repeat(np.arange(len(conjuncts), dtype=np.int64),
                                   conjuncts.predicate_count)
-        pred_tree = self._tree_ids(conjuncts.attribute, conjuncts.kind)
+        pred_tree = tree_ids(forest, conjuncts.attribute, conjuncts.kind)
         pred_niv = conjuncts.interval_count
         lo_closed, hi_closed = conjuncts.lo_closed, conjuncts.hi_closed
         n = len(lo_closed)
@@ -209,12 +191,12 @@ class ConjunctStore:
         ends[n:] = conjuncts.hi
         iv_pred = np.repeat(np.arange(len(pred_tree)), pred_niv)
         iv_tree = pred_tree[iv_pred]
-        lo_bid, hi_bid, splits = self._reference_bounds(iv_tree, ends)
+        lo_bid, hi_bid, splits = reference_bounds(forest, iv_tree, ends)
         del ends
         base, sizes, layout = forest.space_layout()
-        lo, hi = self._positions(lo_bid, lo_closed, hi_bid, hi_closed)
+        lo, hi = self.positions(lo_bid, lo_closed, hi_bid, hi_closed)
         hi = np.minimum(hi, sizes[iv_tree] - 1)
-        fraction = self._event_fraction(iv_pred, iv_tree, lo, hi, len(pred_tree), base)
+        fraction = event_fraction(forest, iv_pred, iv_tree, lo, hi, len(pred_tree), base)
         cover = np.bincount(iv_pred, weights=hi - lo + 1, minlength=len(pred_tree))
         iv_first = np.cumsum(pred_niv) - pred_niv
         rank = operator_ranks(iv_pred, iv_first, pred_niv, lo_bid, lo_closed, hi_bid,
@@ -241,7 +223,7 @@ class ConjunctStore:
         self.rows.extend(rows)
         self.runs.extend(runs)
         del rows, runs
-        self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout)
+        count_cover(forest, base[iv_tree] + lo, hi - lo + 1, layout)
         counts = np.bincount(p_conj_column, minlength=len(conjuncts))
         starts = pred_base + np.cumsum(counts) - counts
         self.pred_start.put(cids, starts)
@@ -264,82 +246,6 @@ class ConjunctStore:
                                  minlength=len(conjuncts)) > 0,
         )
 
-    def _tree_ids(self, attribute: list[str], kind: np.ndarray) -> np.ndarray:
-        """The tree of each predicate's (attribute, kind), trees created for new ones in
-        order of first appearance. O(n) in C loops."""
-        tree_of = self.forest.tree_of
-        keys = list(zip(attribute, kind.tolist(), strict=True))
-        tids = np.fromiter(map(tree_of.get, keys, repeat(-1)), np.int64, len(keys))
-        missing = np.flatnonzero(tids < 0)
-        if len(missing):
-            new = list(map(keys.__getitem__, missing.tolist()))
-            for name, k in dict.fromkeys(new):
-                self.forest.tree(name, Kind(k))
-            tids[missing] = np.fromiter(map(tree_of.__getitem__, new), np.int64, len(new))
-        return tids
-
-    def _count_cover(self, first: np.ndarray, count: np.ndarray, layout: np.ndarray,
-                     step: int = 1) -> None:
-        """Add ``step`` (one, or minus one for released intervals) to the predicate
-        counter of every space the intervals cover, once per interval (global layout
-        positions ``first .. first + count - 1``).
-
-        Cost O(min(spaces covered, layout + intervals)): intervals covering nearly a
-        whole tree (``!=``, ``not in``) are counted by a running sum over the layout, not
-        expanded, so a flood of them stays linear.
-        """
-        counter = self.forest.spaces.predicate_counter
-        if int(count.sum()) <= len(layout):
-            _, covered = expand_ranges(first, count)
-            # the counter's own type: with a Python int, ``np.add.at`` casts each entry
-            # (about 30 times slower)
-            np.add.at(counter, layout[covered], counter.dtype.type(step))
-            return
-        delta = np.bincount(first, minlength=len(layout) + 1)
-        delta -= np.bincount(first + count, minlength=len(layout) + 1)
-        counter[layout] += step * np.cumsum(delta[:-1]).astype(np.int32)
-
-    def _reference_bounds(self, iv_tree: np.ndarray, ends: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray, Splits]:
-        """Reference every bounded interval end in its tree: ``ends`` holds the
-        intervals' lower ends, then their upper ends (None: unbounded). Returns the
-        bound ids of both (-1: unbounded) and the splits."""
-        forest = self.forest
-        n = len(iv_tree)
-        bounded = np.flatnonzero(ends != None)  # noqa: E711 - elementwise test on objects
-        end_tree = np.concatenate([iv_tree, iv_tree])[bounded]
-        if not len(bounded) or (end_tree == end_tree[0]).all():
-            groups = [bounded]  # one tree (a flood on one attribute): nothing to group
-        else:
-            order = np.argsort(end_tree, kind="stable")
-            groups = np.split(bounded[order], np.flatnonzero(np.diff(end_tree[order])) + 1)
-        del end_tree
-        bids = np.full(2 * n, -1, dtype=np.int64)
-        splits: list[Splits] = []
-        for group in groups:
-            if not len(group):
-                continue
-            tree = forest.trees[int(iv_tree[group[0] % n])]
-            group_bids, group_splits = forest.add_bounds(tree, ends[group])
-            bids[group] = group_bids
-            splits.append(group_splits)
-        return bids[:n], bids[n:], Splits.join(splits)
-
-    def _event_fraction(self, iv_pred: np.ndarray, iv_tree: np.ndarray, lo: np.ndarray,
-                        hi: np.ndarray, n_preds: int, base: np.ndarray) -> np.ndarray:
-        """Share of each predicate's tree's past events that fell in its spaces (zero
-        before any event, without building the history)."""
-        if not self.forest.event_version:
-            return np.zeros(n_preds)
-        totals, cumulative = self.forest.event_history()
-        if not totals.any():
-            return np.zeros(n_preds)
-        hits = cumulative[base[iv_tree] + hi + 1] - cumulative[base[iv_tree] + lo]
-        per_pred = np.bincount(iv_pred, weights=hits, minlength=n_preds)
-        pred_tree = np.zeros(n_preds, dtype=np.int64)
-        pred_tree[iv_pred] = iv_tree
-        return per_pred / np.maximum(totals[pred_tree], 1.0)
-
     def release(self, cids: np.ndarray) -> None:
         """Release removed conjuncts' rows, all at once: the predicate counter of every
         space their intervals cover goes down by one per interval, and their bounds lose
@@ -352,78 +258,21 @@ class ConjunctStore:
         iv_pred, lo_bid, lo_closed, hi_bid, hi_closed = self.intervals(pids)
         iv_tree = self.pred_tree[pids[iv_pred]].astype(np.int64)
         base, sizes, layout = self.forest.space_layout()
-        lo, hi = self._positions(lo_bid, lo_closed, hi_bid, hi_closed)
+        lo, hi = self.positions(lo_bid, lo_closed, hi_bid, hi_closed)
         hi = np.minimum(hi, sizes[iv_tree] - 1)
-        self._count_cover(base[iv_tree] + lo, hi - lo + 1, layout, -1)
+        count_cover(self.forest, base[iv_tree] + lo, hi - lo + 1, layout, -1)
         self.forest.release_bounds(np.concatenate([lo_bid, hi_bid]))
         self.dead_rows += len(pids)
 
-    @property
-    def _columns(self) -> tuple[GrowableArray, ...]:
-        return (self.pred_start, self.pred_count, self.tree_mask, self.rows, self.runs)
-
     def compact(self) -> None:
-        """Drop the rows of removed conjuncts. Called at each purge, which the registry
-        makes due after an eighth of the live conjuncts were removed: the dead rows stay
-        within about a ninth of the rows, and the O(rows) cost is amortised O(1) per
-        removed row.
-
-        In place: the live conjuncts, in the order of their rows, move their rows left
-        over the dead ones about :data:`ROW_BLOCK` rows at a time (a row only moves left,
-        so no block overwrites rows a later block has still to read), and the columns
-        are then shrunk. The temporaries are a block's and a column of the live cids:
-        expanded and copied whole, they raised a 1M worker's peak by 230 MiB at each
-        purge under churn. What they freed is given back to the system at the end, as
-        :meth:`psmatch.core.multimap.MultiMap.compact` does."""
-        if not self.dead_rows:
-            return
-        cids = np.flatnonzero(self.registry.alive.view())
-        cids = cids[np.argsort(self.pred_start.view()[cids], kind="stable")]
-        ends = np.cumsum(self.pred_count.view()[cids], dtype=np.int64)
-        cuts = np.searchsorted(ends, np.arange(ROW_BLOCK, int(ends[-1]) if len(ends) else 0,
-                                               ROW_BLOCK), side="right")
-        pred_to = run_to = 0
-        for block in np.split(cids, cuts):
-            pred_to, run_to = self._move_rows_left(block, pred_to, run_to)
-        self.rows.truncate(pred_to)
-        self.runs.truncate(run_to)
-        self.dead_rows = 0
-        release_free_heap()
-
-    def _move_rows_left(self, cids: np.ndarray, pred_to: int, run_to: int) -> tuple[int, int]:
-        """Move the rows of ``cids`` (live, in the order of their rows, all after the
-        rows already moved) to predicate row ``pred_to`` and their runs to ``run_to`` on
-        (runs are in the order of their rows, so they too only move left); returns where
-        the next block's rows and runs go."""
-        counts = self.pred_count.view()[cids].astype(np.int64)
-        _, pids = expand_ranges(self.pred_start.view()[cids], counts)
-        self.pred_start.data[cids] = pred_to + np.cumsum(counts) - counts
-        rows = self.rows.data[pids]
-        run = run_starts(rows["lo"])
-        multi = np.flatnonzero(run >= 0)
-        run = run[multi]
-        run_length = 1 + 2 * self.runs.data[run].astype(np.int64)
-        _, codes = expand_ranges(run, run_length)
-        self.runs.data[run_to : run_to + len(codes)] = self.runs.data[codes]
-        rows["lo"][multi] = run_field(run_to + np.cumsum(run_length) - run_length)
-        self.rows.data[pred_to : pred_to + len(pids)] = rows
-        return pred_to + len(pids), run_to + len(codes)
+        """Drop the rows of removed conjuncts (:meth:`compact_rows` of the live ones).
+        Called at each purge, which the registry makes due after an eighth of the live
+        conjuncts were removed: the dead rows stay within about a ninth of the rows, and
+        the O(rows) cost is amortised O(1) per removed row."""
+        if self.dead_rows:
+            self.compact_rows(np.flatnonzero(self.registry.alive.view()))
 
     # -- queries ---------------------------------------------------------------------
-
-    def hull(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The hull of the intervals of each predicate row of ``rows``: the first
-        interval's low end and the last one's high end, as ``(lo_bid, lo_closed,
-        hi_bid, hi_closed)`` (bound id -1 is unbounded). O(len(rows)), vectorised."""
-        table = self.rows.data[rows]
-        lo, run = table["lo"], run_starts(table["lo"])
-        multi = run >= 0
-        lo[multi] = self.runs.data[run[multi] + 1]  # a run's first interval's low end
-        return *decode_bounds(lo), *decode_bounds(table["hi"])
-
-    def predicate_row(self, cid: int, k: int) -> int:
-        """Row of the conjunct's k-th predicate in access order."""
-        return int(self.pred_start.data[cid]) + k
 
     def covered_sids(self, pid: int) -> np.ndarray:
         """Space ids a predicate row covers, in position order. O(spaces covered)."""
@@ -437,21 +286,17 @@ class ConjunctStore:
             parts.append(tree.space_ids[lo : hi + 1])
         return np.concatenate(parts)
 
-    def _positions(self, lo_bid: np.ndarray, lo_closed: np.ndarray, hi_bid: np.ndarray,
-                   hi_closed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def positions(self, lo_bid: np.ndarray, lo_closed: np.ndarray, hi_bid: np.ndarray,
+                  hi_closed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last space positions intervals cover in their trees (their
+        bound ids and closed flags; the last is :data:`UNBOUNDED_HI` for an unbounded
+        high end). O(n), vectorised."""
         rank = self.forest.bound_rank
         lo_rank = rank[np.maximum(lo_bid, 0)].astype(np.int64)
         hi_rank = rank[np.maximum(hi_bid, 0)].astype(np.int64)
         lo = np.where(lo_bid < 0, 0, 2 * lo_rank + 2 - lo_closed.astype(np.int64))
         hi = np.where(hi_bid < 0, UNBOUNDED_HI, 2 * hi_rank + hi_closed.astype(np.int64))
         return lo, hi
-
-    def row_table(self) -> np.ndarray:
-        """The ``[rows, 3]`` int32 table the compiled kernels read: :attr:`rows` as
-        columns, per predicate row its tree, its low end (or run) and its hull's high
-        end, side by side so that one cache miss reads them. O(1), a view."""
-        n = len(self.rows)
-        return self.rows.data[:n].view(np.int32).reshape(n, 3)
 
     def verify(self, events: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -475,10 +320,6 @@ class ConjunctStore:
         return events[kept].astype(np.int64, copy=False), cids[kept].astype(np.int64, copy=False)
 
     # -- bookkeeping -------------------------------------------------------------------
-
-    @property
-    def nbytes(self) -> int:
-        return sum(c.nbytes for c in self._columns)
 
     def conjunct(self, cid: int) -> Conjunct:
         """The live conjunct ``cid`` rebuilt from its rows (values from the trees' bounds).
