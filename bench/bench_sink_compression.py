@@ -38,7 +38,7 @@ from docsection import replace_section  # noqa: E402 - beside this script
 
 from psmatch.adapters.kafka.admin import ensure_topics  # noqa: E402
 from psmatch.adapters.kafka.sink import RecordSink, SinkSettings  # noqa: E402
-from psmatch.devservers.local import release_shared_services, shared_services  # noqa: E402
+from psmatch.devservers.services import release_shared_services, shared_services  # noqa: E402
 from psmatch.service.records import (  # noqa: E402
     dumps_record,
     load_stored,

@@ -85,7 +85,7 @@ from host import cpu_model  # noqa: E402
 from psmatch.adapters.kafka.admin import ensure_topics, service_topics  # noqa: E402
 from psmatch.adapters.kafka.producer import JsonProducer  # noqa: E402
 from psmatch.adapters.kafka.reader import TopicReader  # noqa: E402
-from psmatch.devservers.local import release_shared_services, shared_services  # noqa: E402
+from psmatch.devservers.services import release_shared_services, shared_services  # noqa: E402
 from psmatch.service.config import ServiceConfig  # noqa: E402
 from psmatch.service.job import (  # noqa: E402
     BatchReport,

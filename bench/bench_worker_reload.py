@@ -39,7 +39,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 from docsection import replace_section  # noqa: E402 - beside this script
 
 from psmatch.adapters.state import SourceChange, StateStore  # noqa: E402
-from psmatch.devservers.local import RedisServer  # noqa: E402
+from psmatch.devservers.redis_server import RedisServer  # noqa: E402
 from psmatch.service.records import (  # noqa: E402
     dumps_record,
     parse_subscription_record,

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from psmatch.devservers.local import (
+from psmatch.devservers.process import free_port
+from psmatch.devservers.services import (
     LocalServices,
-    free_port,
     release_shared_services,
     shared_services,
 )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from psmatch.adapters.state import StateStore
-from psmatch.devservers.local import LocalServices
+from psmatch.devservers.services import LocalServices
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import pytest
 from kafka.partitioner.default import murmur2
 
 from psmatch.adapters.batch_producer import BatchProducer, KafkaClientError
-from psmatch.adapters.kafka import CLIENT_LOG, ensure_topics
-from psmatch.devservers.local import LocalServices
+from psmatch.adapters.kafka.admin import ensure_topics
+from psmatch.adapters.kafka.client import CLIENT_LOG
+from psmatch.devservers.services import LocalServices
 from tests.adapters.outside_client import read_records
 
 pytestmark = pytest.mark.integration

@@ -17,17 +17,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.partitioner.default import murmur2
 
-from psmatch.adapters.kafka import (
-    JsonProducer,
-    KafkaServiceError,
-    RecordSink,
-    SinkSettings,
-    TopicReader,
-    ensure_topics,
-    service_topics,
-    topic_runs,
-)
-from psmatch.devservers.local import KafkaBroker, LocalServices
+from psmatch.adapters.kafka.admin import ensure_topics, service_topics
+from psmatch.adapters.kafka.client import KafkaServiceError
+from psmatch.adapters.kafka.producer import JsonProducer
+from psmatch.adapters.kafka.reader import TopicReader
+from psmatch.adapters.kafka.sink import RecordSink, SinkSettings, topic_runs
+from psmatch.devservers.kafka_broker import KafkaBroker
+from psmatch.devservers.services import LocalServices
 from tests.adapters.outside_client import read_records
 
 pytestmark = pytest.mark.integration

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from psmatch.adapters.redis_retry import redis_retry_stats
 from psmatch.adapters.state import (
     SourceChange,
     StateAuthenticationError,
     StateStore,
     StateUnavailableError,
     redact_url,
-    redis_retry_stats,
 )
-from psmatch.devservers.local import RedisServer
+from psmatch.devservers.redis_server import RedisServer
 from psmatch.service.metrics import ServiceMetrics
 
 pytestmark = pytest.mark.integration

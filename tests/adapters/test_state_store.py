@@ -9,8 +9,12 @@ import redis
 from redis._parsers import _HiredisParser
 
 from psmatch.adapters.state import ChangeLogGapError, SourceChange, StateError, StateStore
-from psmatch.devservers.local import LocalServices
-from psmatch.service.records import dumps_record, parse_subscription_record, subscription_value
+from psmatch.devservers.services import LocalServices
+from psmatch.service.records.subscriptions import (
+    dumps_record,
+    parse_subscription_record,
+    subscription_value,
+)
 
 pytestmark = pytest.mark.integration
 

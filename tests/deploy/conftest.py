@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from psmatch.devservers.local import free_port
+from psmatch.devservers.process import free_port
 from psmatch.service.config import ENV_PREFIX, ServiceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,7 +107,7 @@ def start_job(tmp_path: Path) -> Iterator[Callable[[ServiceConfig], JobProcess]]
                "PYSPARK_PYTHON": sys.executable}  # fmt: skip
         with log_file.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "psmatch.service.cli", "run"],
+                [sys.executable, "-m", "psmatch", "run"],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from psmatch.adapters.kafka import JsonProducer
+from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.service.config import ServiceConfig
 from tests.deploy.conftest import ROOT, JobProcess, PrometheusServer
 

@@ -23,8 +23,8 @@ import psutil
 import pytest
 from kafka import KafkaConsumer
 
-from psmatch.adapters.kafka import JsonProducer
-from psmatch.devservers.local import free_port
+from psmatch.adapters.kafka.producer import JsonProducer
+from psmatch.devservers.process import free_port
 from psmatch.devservers.standalone import StandaloneCluster
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import prepare, snapshot_dir

@@ -9,13 +9,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from psmatch.devservers.local import (
-    KafkaBroker,
-    LocalServerError,
-    RedisServer,
-    free_port,
-    port_open,
-)
+from psmatch.devservers.kafka_broker import KafkaBroker
+from psmatch.devservers.process import LocalServerError, free_port, port_open
+from psmatch.devservers.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +62,8 @@ def test_redis_stop_start_and_kill_keep_port_and_data(tmp_path: Path) -> None:
 def test_detached_redis_outlives_its_starter_and_is_adopted(tmp_path: Path) -> None:
     """A detached server is recorded in server.json, found again, and stopped by pid."""
     code = (
-        "import sys; from pathlib import Path; from psmatch.devservers.local import RedisServer; "
+        "import sys; from pathlib import Path; "
+        "from psmatch.devservers.redis_server import RedisServer; "
         "s = RedisServer(Path(sys.argv[1]), detached=True).start(); print(s.port, flush=True)"
     )
     starter = subprocess.run(

@@ -51,8 +51,10 @@ import psutil
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from psmatch import make_matcher
-from psmatch.adapters.kafka import ensure_topics, service_topics
-from psmatch.devservers.local import KafkaBroker, RedisServer, free_port
+from psmatch.adapters.kafka.admin import ensure_topics, service_topics
+from psmatch.devservers.kafka_broker import KafkaBroker
+from psmatch.devservers.process import free_port
+from psmatch.devservers.redis_server import RedisServer
 from psmatch.service.config import ServiceConfig
 from psmatch.service.records import (
     DEFAULT_MAX_EVENT_ATTRIBUTES,
@@ -179,7 +181,7 @@ class JobProcess:
     def start(self) -> None:
         psmatch = Path(sys.executable).with_name("psmatch")
         cmd = [str(psmatch), "run"] if psmatch.exists() else [
-            sys.executable, "-m", "psmatch.service.cli", "run"]  # fmt: skip
+            sys.executable, "-m", "psmatch", "run"]  # fmt: skip
         with self.log_path.open("ab") as out:
             out.write(f"=== start {self.starts + 1}: {' '.join(cmd)}\n".encode())
             out.flush()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
-from psmatch.adapters.kafka import ensure_topics, service_topics
+from psmatch.adapters.kafka.admin import ensure_topics, service_topics
 from psmatch.adapters.state import StateStore
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig

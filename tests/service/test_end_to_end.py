@@ -19,9 +19,9 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 from psmatch import make_matcher
-from psmatch.adapters.kafka import JsonProducer
+from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.state import StateStore
-from psmatch.devservers.local import LocalServices
+from psmatch.devservers.services import LocalServices
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import BatchReport, start_query, stop_query
 from tests.service.workload import ATTRS, random_subscriptions

@@ -77,7 +77,7 @@ def test_rebuild_state_skips_the_poison_subscriptions(run: FaultRun) -> None:
     assert bad, "needs the poison records of the test above"
     prefix = f"rebuilt{run.tag}:"
     done = subprocess.run(
-        [sys.executable, "-m", "psmatch.service.cli", "rebuild-state", "--timeout", "60"],
+        [sys.executable, "-m", "psmatch", "rebuild-state", "--timeout", "60"],
         env=dict(run.job.env, PSMATCH_REDIS_PREFIX=prefix), capture_output=True, text=True,
         timeout=180,
     )  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from psmatch.adapters.kafka import JsonProducer
+from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.state import StateStore
 from psmatch.language import parse_subscription
 from psmatch.language.encoding import dump_normal_form

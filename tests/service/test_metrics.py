@@ -1,6 +1,7 @@
-"""psmatch.service.metrics: names and help, what a batch report and a query progress do to the
-metrics, the reject-code label, the HTTP endpoint, and the executor-side figures a
-matching task reports (against the session's real Redis)."""
+"""psmatch.service.metrics: names and help, what a batch report (as ``psmatch run`` turns it
+into figures) and a query progress do to the metrics, the reject-code label, the HTTP
+endpoint, and the executor-side figures a matching task reports (against the session's
+real Redis)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,23 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from psmatch.adapters.state import SourceChange, StateStore
+from psmatch.service.cli.run import batch_figures
 from psmatch.service.config import ServiceConfig
 from psmatch.service.errors import ConfigError
 from psmatch.service.job import BatchReport
-from psmatch.service.metrics import MetricsError, ServiceMetrics
-from psmatch.service.records import REJECT_CODES, parse_subscription_record, subscription_value
-from psmatch.service.worker import TaskMetrics, WorkerSettings, match_batches
+from psmatch.service.metrics import BatchFigures, MetricsError, ServiceMetrics
+from psmatch.service.records.common import REJECT_CODES
+from psmatch.service.records.subscriptions import parse_subscription_record, subscription_value
+from psmatch.service.task_contract import TaskMetrics, WorkerSettings
+from psmatch.service.tasks import match_batches
 
 
-def report(**changes: Any) -> BatchReport:
+def report(**changes: Any) -> BatchFigures:
+    """The metrics' figures of a job's batch report (as ``psmatch run`` passes them)."""
+    return batch_figures(batch_report(**changes))
+
+
+def batch_report(**changes: Any) -> BatchReport:
     workers: dict[str, Any] = dict(
         tasks=2, events=10, rejected=2, notifications=25, sync_s=0.05, snapshot_s=0.01,
         parse_s=0.02,

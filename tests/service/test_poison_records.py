@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kafka import KafkaProducer
 
-from psmatch.adapters.kafka import ensure_topics, service_topics
+from psmatch.adapters.kafka.admin import ensure_topics, service_topics
 from psmatch.adapters.state import StateStore
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig

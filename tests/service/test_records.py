@@ -528,7 +528,7 @@ def test_a_worker_matches_and_writes_its_records_without_loading_pandas() -> Non
     code = """
 import sys
 from psmatch import make_matcher
-from psmatch.adapters.kafka import topic_runs
+from psmatch.adapters.kafka.sink import topic_runs
 from psmatch.service.records import parse_subscription_record, subscription_value
 from psmatch.service.worker import TaskMetrics, WorkerIndex, WorkerSettings, match_rows
 index = WorkerIndex(make_matcher("psthash"))

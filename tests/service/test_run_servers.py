@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from psmatch.adapters.kafka import wait_for_kafka
-from psmatch.devservers.local import KafkaBroker, RedisServer, _pid_alive, free_port, port_open
+from psmatch.adapters.kafka.admin import wait_for_kafka
+from psmatch.devservers.kafka_broker import KafkaBroker
+from psmatch.devservers.process import free_port, pid_alive, port_open
+from psmatch.devservers.redis_server import RedisServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -64,7 +66,7 @@ def test_local_servers_outlive_a_killed_job_and_ctrl_c_stops_them(
     finally:
         with_group_killed(job)
     time.sleep(2)
-    assert all(_pid_alive(pid) for pid in pids.values())
+    assert all(pid_alive(pid) for pid in pids.values())
     assert redis.Redis(port=redis_port).get("mark") == b"kept"
     assert wait_for_kafka(f"127.0.0.1:{kafka_port}", timeout=30)
 
@@ -72,7 +74,7 @@ def test_local_servers_outlive_a_killed_job_and_ctrl_c_stops_them(
     stop = subprocess.run([PSMATCH, "servers", "stop", "redis", *flags], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert stop.returncode == 0 and "redis: not running" in stop.stdout
-    assert not port_open("127.0.0.1", redis_port) and _pid_alive(pids["kafka"])
+    assert not port_open("127.0.0.1", redis_port) and pid_alive(pids["kafka"])
     start = subprocess.run([PSMATCH, "servers", "start", "redis", *flags], capture_output=True,
                            text=True, timeout=120)  # fmt: skip
     assert start.returncode == 0 and f"port {redis_port}" in start.stdout

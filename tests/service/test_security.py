@@ -18,14 +18,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from psmatch.adapters.kafka import (
-    KafkaAuthenticationError,
-    KafkaSecurity,
-    RecordSink,
-    SinkSettings,
-    TopicReader,
-)
-from psmatch.devservers.local import KafkaBroker, RedisServer, free_port
+from psmatch.adapters.kafka.client import KafkaAuthenticationError
+from psmatch.adapters.kafka.reader import TopicReader
+from psmatch.adapters.kafka.security import KafkaSecurity
+from psmatch.adapters.kafka.sink import RecordSink, SinkSettings
+from psmatch.devservers.kafka_broker import KafkaBroker
+from psmatch.devservers.process import free_port
+from psmatch.devservers.redis_server import RedisServer
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import start_query, stop_query

@@ -22,9 +22,9 @@ import pyarrow as pa
 import pytest
 
 from psmatch import make_matcher
-from psmatch.adapters.kafka import JsonProducer
+from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.state import SourceChange, StateStore
-from psmatch.devservers.local import LocalServices
+from psmatch.devservers.services import LocalServices
 from psmatch.service import worker
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import prepare

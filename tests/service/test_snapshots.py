@@ -21,7 +21,7 @@ import pytest
 import psmatch
 from psmatch import make_matcher
 from psmatch.adapters.state import SourceChange, StateStore
-from psmatch.devservers.local import LocalServices
+from psmatch.devservers.services import LocalServices
 from psmatch.service import worker
 from psmatch.service.heads import NotificationHeads
 from psmatch.service.job import snapshot_dir

@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from psmatch.devservers.local import LocalServices
+from psmatch.devservers.services import LocalServices
 from psmatch.language import parse_subscription
 from psmatch.language.encoding import dump_normal_form
 from psmatch.service import subscriptions

@@ -20,9 +20,13 @@ import pyarrow as pa
 import pytest
 
 from psmatch import Matcher, make_matcher
-from psmatch.adapters.kafka import KafkaServiceError, SinkSettings, TopicReader, ensure_topics
+from psmatch.adapters.kafka.admin import ensure_topics
+from psmatch.adapters.kafka.client import KafkaServiceError
+from psmatch.adapters.kafka.reader import TopicReader
+from psmatch.adapters.kafka.sink import SinkSettings
 from psmatch.adapters.state import Change, SourceChange, StateError, StateStore
-from psmatch.devservers.local import LocalServices, free_port
+from psmatch.devservers.process import free_port
+from psmatch.devservers.services import LocalServices
 from psmatch.language import Subscription
 from psmatch.scan import ScanMatcher
 from psmatch.service import records, worker

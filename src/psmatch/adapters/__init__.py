@@ -1,11 +1,16 @@
-"""Plumbing between the streaming job and the outside world.
+"""The service's clients of the outside world: Kafka, Redis and Arrow, below the service.
 
-``psmatch.adapters.kafka`` owns topic administration, the confluent-kafka producer/consumer
-helpers used by the CLI and the load generator, and the writer of the service's output
-records, over ``psmatch.adapters.batch_producer`` (librdkafka's batch produce, through ctypes);
-``psmatch.adapters.state`` owns the Redis
-subscription state (current subscriptions plus the versioned change log);
-``psmatch.devservers.local`` starts and stops the project's own Kafka and Redis processes;
-``psmatch.service.metrics`` owns the Prometheus metrics and their HTTP endpoint;
-``psmatch.devservers.standalone`` runs a local Spark standalone master and worker.
+* :mod:`psmatch.adapters.kafka` (a package): Kafka security settings, topic
+  administration, the JSON producer, the writer of the service's output records and the
+  topic reader, one module each;
+* :mod:`psmatch.adapters.batch_producer`: librdkafka's batch produce through ctypes, the
+  client under the output record writer;
+* :mod:`psmatch.adapters.state`: the subscription state in Redis (current subscriptions,
+  the versioned change log, the applied offsets) and every Redis key the service writes;
+* :mod:`psmatch.adapters.redis_retry`: the backoff that waits out a Redis outage, and this
+  process's retry figures;
+* :mod:`psmatch.adapters.arrow`: Arrow columns built from and read into numpy, from their
+  buffers.
+
+The adapters import nothing of :mod:`psmatch.service` nor of :mod:`psmatch.devservers`.
 """

@@ -2,7 +2,7 @@
 
 Owns the ctypes binding to librdkafka's producer API (the library confluent-kafka
 loads, so the process holds one copy of it) and :class:`BatchProducer`, the client
-under :class:`psmatch.adapters.kafka.RecordSink`, the writer of the service's output records.
+under :class:`psmatch.adapters.kafka.sink.RecordSink`, the writer of the service's output records.
 
 Why not confluent-kafka's ``Producer``: its ``produce`` takes one record per Python call
 (argument parsing, a topic lookup by name, a Python ``bytes`` each for the key and the

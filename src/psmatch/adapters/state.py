@@ -30,9 +30,9 @@ of a chunk.
 Redis outages are waited out here, for every caller (the driver's ``foreachBatch`` and
 the executors' Python workers alike): a connection error or timeout is retried with
 exponential backoff and jitter until ``retry_seconds`` have passed since the first
-failure, one log line per retry; past that, :class:`StateUnavailableError`. Retrying a
-change is safe because of the offset check above. :func:`redis_retry_stats` tells the
-metrics how many retries this process made and how long the current outage has lasted.
+failure, one log line per retry (the schedule is :mod:`psmatch.adapters.redis_retry`'s,
+which also counts them for the metrics); past that, :class:`StateUnavailableError`.
+Retrying a change is safe because of the offset check above.
 A wrong password fails at once (:class:`StateAuthenticationError`). Neither log lines nor
 errors ever contain a password: the server is named by :func:`redact_url`.
 """
@@ -40,8 +40,6 @@ errors ever contain a password: the server is named by :func:`redact_url`.
 from __future__ import annotations
 
 import logging
-import random
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +50,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from psmatch.adapters.redis_retry import backoff_delay, note_recovered, note_retry
 from psmatch.errors import PsmatchError
 
 
@@ -75,11 +74,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RETRY_SECONDS = 300.0
-# Backoff between retries: the n-th wait is uniform in [d/2, d], d = min(CAP, BASE * 2**n):
-# quick retries for a blip, no more than one attempt (and one log line) per CAP seconds
-# in a long outage, and jitter so that many workers do not reconnect in lockstep.
-RETRY_BASE_S = 0.25
-RETRY_CAP_S = 10.0
 
 
 def redact_url(url: str) -> str:
@@ -90,55 +84,6 @@ def redact_url(url: str) -> str:
     user = parts.username or ""
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-@dataclass(frozen=True, slots=True)
-class RedisRetryStats:
-    """This process's Redis retries, for the metrics.
-
-    ``retries``: connection errors retried since the process started (a counter);
-    ``outages``: times Redis went from reachable to unreachable (a counter);
-    ``waiting_seconds``: how long the current outage has lasted, 0 when Redis answers.
-    """
-
-    retries: int
-    outages: int
-    waiting_seconds: float
-
-
-class _RetryState:
-    """Process-wide retry figures: a store's calls may run in several threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.retries = 0
-        self.outages = 0
-        self._waiting: dict[int, float] = {}  # thread id -> monotonic start of its wait
-
-    def retry(self, started: float) -> None:
-        with self._lock:
-            if not self._waiting:
-                self.outages += 1
-            self._waiting[threading.get_ident()] = started
-            self.retries += 1
-
-    def recovered(self) -> None:
-        with self._lock:
-            self._waiting.pop(threading.get_ident(), None)
-
-    def snapshot(self) -> RedisRetryStats:
-        with self._lock:
-            since = min(self._waiting.values(), default=None)
-            waited = 0.0 if since is None else time.monotonic() - since
-            return RedisRetryStats(self.retries, self.outages, waited)
-
-
-_RETRIES = _RetryState()
-
-
-def redis_retry_stats() -> RedisRetryStats:
-    """Retries and the current outage's length in this process (see :class:`StateStore`)."""
-    return _RETRIES.snapshot()
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +271,7 @@ class StateStore:
                 waited = now - started
                 left = self.retry_seconds - waited if retry else 0.0
                 if left <= 0:
-                    _RETRIES.recovered()
+                    note_recovered()
                     if not retry or self.retry_seconds == 0:
                         raise StateUnavailableError(
                             f"could not {what}: {self.where} is not reachable "
@@ -339,10 +284,9 @@ class StateStore:
                         f"{self.retry_seconds:g}). Bring Redis back and start the job again: "
                         "it resumes from its checkpoint."
                     ) from None
-                cap = min(RETRY_CAP_S, RETRY_BASE_S * 2**attempt)
-                delay = min(random.uniform(cap / 2, cap), left)
+                delay = backoff_delay(attempt, left)
                 attempt += 1
-                _RETRIES.retry(started)
+                note_retry(started)
                 log.warning(
                     "%s is not reachable (%s): retry %d in %.1f s, giving up in %.1f s",
                     self.where, self._clean(exc), attempt, delay, left,
@@ -352,7 +296,7 @@ class StateStore:
             except redis.RedisError as exc:
                 raise StateError(f"could not {what}: {self._clean(exc)}") from None
             if started is not None:
-                _RETRIES.recovered()
+                note_recovered()
                 log.warning(
                     "%s is reachable again after %.1f s and %d retries",
                     self.where, time.monotonic() - started, attempt,

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from psmatch.devservers.local import LocalServerError, _stop_process, _tail, free_port
+from psmatch.devservers.process import LocalServerError, free_port, log_tail, stop_process
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class StandaloneCluster:
                 if proc is not None and proc.poll() is not None:
                     out = self._logs[proc.pid]
                     raise LocalServerError(
-                        f"the Spark {out.stem} exited with code {proc.returncode}:\n{_tail(out)}"
+                        f"the Spark {out.stem} exited with code {proc.returncode}:\n{log_tail(out)}"
                     )
             with contextlib.suppress(OSError, ValueError):
                 if ready(self.status()):
@@ -170,10 +170,10 @@ class StandaloneCluster:
     def stop(self) -> None:
         """Stop the workers (their executors end with them), then the master."""
         for proc in self.workers:
-            _stop_process(proc, f"Spark {self._logs[proc.pid].stem}", grace=20)
+            stop_process(proc, f"Spark {self._logs[proc.pid].stem}", grace=20)
         self.workers = []
         if self.master is not None:
-            _stop_process(self.master, "Spark master", grace=20)
+            stop_process(self.master, "Spark master", grace=20)
             self.master = None
 
     def __enter__(self) -> StandaloneCluster:

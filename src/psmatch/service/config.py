@@ -10,6 +10,11 @@ is visible to every user of the machine: they come from the environment
 (``PSMATCH_KAFKA_PASSWORD``, ``PSMATCH_REDIS_PASSWORD``) or from a file named by a flag
 (``--kafka-password-file``, ``--redis-password-file``). They are left out of ``repr``
 and shown as ``***`` by :meth:`ServiceConfig.as_dict`.
+
+The default folders (the checkpoint and the local servers' data under ``var/``, the
+Spark Kafka connector under ``.cache/``) are in :data:`BASE_DIR`: the checkout the
+package runs from (an editable install, as ``make run`` and the tests use), else the
+current directory (an installed package).
 """
 
 from __future__ import annotations
@@ -21,17 +26,29 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from psmatch.service import records
+from psmatch.adapters.kafka.security import KAFKA_PROTOCOLS, SASL_MECHANISMS, KafkaSecurity
+from psmatch.service.records import common as record_limits
 from psmatch.service.errors import ConfigError
 
-if TYPE_CHECKING:
-    from psmatch.adapters.kafka import KafkaSecurity
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 ENV_PREFIX = "PSMATCH_"
+
+
+def _base_dir() -> Path:
+    """The checkout holding this file (``src/psmatch/service/config.py``), or the current
+    directory when the package is installed elsewhere (site-packages has no checkout)."""
+    checkout = Path(__file__).resolve().parents[3]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "src" / "psmatch").is_dir():
+        return checkout
+    return Path.cwd()
+
+
+BASE_DIR = _base_dir()
+"""Where ``var/`` and ``.cache/`` are by default (see the module docstring)."""
+VAR_DIR = BASE_DIR / "var"
+"""The default folder of the checkpoint and of the local servers' data and pids."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +106,7 @@ class ServiceConfig:
         metadata={"help": "where a new query (no checkpoint) starts: earliest or latest"},
     )
     checkpoint_location: str = field(
-        default=str(REPO_ROOT / "var" / "checkpoint"),
+        default=str(VAR_DIR / "checkpoint"),
         metadata={"help": "Spark checkpoint directory (holds the input offsets)"},
     )
     spark_master: str = field(
@@ -106,7 +123,7 @@ class ServiceConfig:
         default=2000, metadata={"help": "events per Arrow batch handed to the matcher"}
     )
     spark_jars_dir: str = field(
-        default=str(REPO_ROOT / ".cache" / "spark-kafka" / "jars"),
+        default=str(BASE_DIR / ".cache" / "spark-kafka" / "jars"),
         metadata={"help": "folder of the Spark Kafka connector jars (scripts/fetch-jars.sh)"},
     )
     log_level: str = field(
@@ -121,20 +138,20 @@ class ServiceConfig:
         metadata={"help": "address the metrics endpoint listens on (0.0.0.0 = every interface)"},
     )
     max_event_bytes: int = field(
-        default=records.DEFAULT_MAX_EVENT_BYTES,
+        default=record_limits.DEFAULT_MAX_EVENT_BYTES,
         metadata={"help": "largest event value in bytes; larger ones are rejected (too_large)"},
     )
     max_subscription_bytes: int = field(
-        default=records.DEFAULT_MAX_SUBSCRIPTION_BYTES,
+        default=record_limits.DEFAULT_MAX_SUBSCRIPTION_BYTES,
         metadata={"help": "largest subscription record in bytes, as sent and as stored "
                   "(too_large); with max_event_bytes it must leave a notification under 1 MB"},
     )  # fmt: skip
     max_event_attributes: int = field(
-        default=records.DEFAULT_MAX_EVENT_ATTRIBUTES,
+        default=record_limits.DEFAULT_MAX_EVENT_ATTRIBUTES,
         metadata={"help": "most attributes in an event, once flattened (limit_exceeded)"},
     )
     max_string_length: int = field(
-        default=records.DEFAULT_MAX_STRING_LENGTH,
+        default=record_limits.DEFAULT_MAX_STRING_LENGTH,
         metadata={"help": "longest attribute name or string value in an event, in characters "
                   "(limit_exceeded)"},
     )  # fmt: skip
@@ -197,7 +214,7 @@ class ServiceConfig:
             raise ConfigError(f"metrics_port must be 0 (off) or a port, got {self.metrics_port}")
         if self.max_offsets_per_trigger < 0:
             raise ConfigError("max_offsets_per_trigger must be >= 0 (0 = no limit)")
-        from psmatch.adapters.kafka import SINK_COMPRESSION_TYPES
+        from psmatch.adapters.kafka.sink import SINK_COMPRESSION_TYPES
 
         if self.sink_compression not in SINK_COMPRESSION_TYPES:
             raise ConfigError(f"sink_compression must be one of {SINK_COMPRESSION_TYPES}, got "
@@ -229,8 +246,6 @@ class ServiceConfig:
         self._check_security()
 
     def _check_security(self) -> None:
-        from psmatch.adapters.kafka import KAFKA_PROTOCOLS, SASL_MECHANISMS
-
         for secret in ("kafka_password", "redis_password"):
             path = getattr(self, secret + "_file")
             if not path:
@@ -266,9 +281,8 @@ class ServiceConfig:
 
     @property
     def kafka_security(self) -> KafkaSecurity:
-        """The security settings every Kafka client uses (see :mod:`psmatch.adapters.kafka`)."""
-        from psmatch.adapters.kafka import KafkaSecurity
-
+        """The security settings every Kafka client uses
+        (:mod:`psmatch.adapters.kafka.security`)."""
         return KafkaSecurity(
             protocol=self.kafka_security_protocol,
             sasl_mechanism=self.kafka_sasl_mechanism,

@@ -21,7 +21,7 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
 4. The matching tasks write their notifications and rejected events to Kafka
    themselves (:func:`psmatch.service.worker.match_and_write`, with librdkafka), every record
    acknowledged before a task ends; the driver writes the rejected subscription records
-   the same way (:class:`psmatch.adapters.kafka.RecordSink`). Spark's Kafka sink is not used:
+   the same way (:class:`psmatch.adapters.kafka.sink.RecordSink`). Spark's Kafka sink is not used:
    it cost the JVM about 7 µs of CPU per notification record.
 
 Per batch, one log line tells what happened and where the time went, and one WARNING
@@ -44,13 +44,9 @@ from typing import Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from psmatch.adapters.kafka import (
-    RecordSink,
-    SinkSettings,
-    ensure_topics,
-    service_topics,
-    spark_kafka_options,
-)
+from psmatch.adapters.kafka.admin import ensure_topics, service_topics
+from psmatch.adapters.kafka.security import spark_kafka_options
+from psmatch.adapters.kafka.sink import RecordSink, SinkSettings
 from psmatch.adapters.state import StateStore
 from psmatch.errors import PsmatchError
 from psmatch.service.config import ServiceConfig

@@ -3,24 +3,26 @@
 This module owns every metric the service exports — names (``psmatch_`` prefix, ``_total``
 for counters, seconds and bytes as base units), help texts, labels and buckets — in
 one :class:`ServiceMetrics` (its own ``CollectorRegistry``), the HTTP endpoint the
-driver serves them on (:meth:`ServiceMetrics.serve`). The ``reason`` label of rejected
-records is the record's reject code, from the closed set
+driver serves them on (:meth:`ServiceMetrics.serve`), and :class:`BatchFigures`, what
+one micro-batch tells them, in plain values. The ``reason`` label of rejected records
+is the record's reject code, from the closed set
 :data:`psmatch.service.records.REJECT_CODES`, so its cardinality is bounded whatever the
 records contain.
 
 Where the figures come from, all on the driver:
 
-* :meth:`ServiceMetrics.observe_batch` takes the job's per-batch
-  :class:`psmatch.service.job.BatchReport`. Its executor-side figures
-  (:class:`psmatch.service.worker.TaskMetrics`: events matched, time in the matcher, rejects
-  per code, how far each worker's cached index was behind the batch's change-log
-  version, index size) were added by each ``mapInArrow`` task to a Spark accumulator,
-  whose updates travel back with the task results: a task whose worker process dies
-  reports nothing, its retry reports once, so nothing is kept in, or lost with, an
-  executor or Python worker process.
+* :meth:`ServiceMetrics.observe_batch` takes a :class:`BatchFigures`, which ``psmatch
+  run`` makes of the job's per-batch report. Its executor-side figures (events
+  matched, time in the matcher, rejects per code, how far each worker's cached index
+  was behind the batch's change-log version, index size) were added by each
+  ``mapInArrow`` task to a Spark accumulator, whose updates travel back with the task
+  results: a task whose worker process dies reports nothing, its retry reports once,
+  so nothing is kept in, or lost with, an executor or Python worker process.
 * :meth:`ServiceMetrics.observe_progress` takes Spark's ``StreamingQueryProgress``
   (as its JSON dict): input and processing rate, offsets behind the latest per input
   topic.
+* the Redis retries are read at each scrape from
+  :func:`psmatch.adapters.redis_retry.redis_retry_stats`.
 
 ``docs/operations.md`` has the table of metrics; ``deploy/grafana`` the dashboard.
 """
@@ -30,21 +32,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from psmatch.adapters.state import redis_retry_stats
+from psmatch.adapters.redis_retry import redis_retry_stats
 from psmatch.errors import PsmatchError
-from psmatch.service.records import REJECT_CODES
+from psmatch.service.records.common import REJECT_CODES
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
-
-    from psmatch.service.job import BatchReport
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,42 @@ INPUTS = ("subscriptions", "events")
 PHASES = (
     "read", "state", "match_write",  # driver: wall-clock seconds of the batch's steps
     "subscriptions_validate", "subscriptions_apply",  # summed over tasks
-    "worker_sync", "worker_parse", "worker_match", "worker_encode", "worker_write",
+    # summed over tasks, disjoint (for a stacked chart): worker_sync is the catch-up
+    # without its snapshot writes, worker_snapshot
+    "worker_sync", "worker_snapshot", "worker_parse", "worker_match", "worker_encode",
+    "worker_write",
 )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFigures:
+    """What one micro-batch tells the metrics, in plain values.
+
+    ``rejects`` are ``(input, reject code, count)``; ``phase_seconds`` maps names of
+    :data:`PHASES` to seconds. ``tasks`` is the number of matching tasks: without any,
+    the index gauges (``lag`` to ``peak_rss_bytes``) keep the last batch's values.
+    """
+
+    subscription_records: int
+    events: int
+    events_rejected: int
+    notifications: int
+    changes_applied: int
+    total_s: float
+    live_subscriptions: int
+    version: int
+    rejects: tuple[tuple[str, str, int], ...] = ()
+    phase_seconds: Mapping[str, float] = field(default_factory=dict)
+    tasks: int = 0
+    match_s: float = 0.0
+    reloads: int = 0
+    lag: int = 0
+    shard_subscriptions: Mapping[int, int] = field(default_factory=dict)  # by shard
+    index_predicates: int = 0
+    index_spaces: int = 0
+    index_bytes: int = 0
+    peak_rss_bytes: int = 0
+
 
 class MetricsError(PsmatchError):
     """The metrics endpoint cannot be served (e.g. its port is taken)."""
@@ -82,8 +116,9 @@ _ROWS_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
 class _RedisRetries(Collector):
-    """``psmatch_redis_retries_total``: read from :func:`psmatch.adapters.state.redis_retry_stats`
-    at each scrape (the retries happen in the state store, not in this module)."""
+    """``psmatch_redis_retries_total``: read from
+    :func:`psmatch.adapters.redis_retry.redis_retry_stats` at each scrape (the retries
+    happen in the state store, not in this module)."""
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         yield CounterMetricFamily(
@@ -226,7 +261,7 @@ class ServiceMetrics:
             "minus the end offset of the last batch, from the streaming query progress).",
             ["input"], registry=r,
         )  # fmt: skip
-        # -- outages (psmatch.adapters.state, psmatch.service.supervisor) -------------------------
+        # -- outages (psmatch.adapters.redis_retry, psmatch.service.supervisor) ------
         self.query_restarts = Counter(
             "psmatch_query_restarts",
             "Times psmatch run restarted the streaming query from its checkpoint after it "
@@ -251,44 +286,34 @@ class ServiceMetrics:
 
     # -- feeding ---------------------------------------------------------------------
 
-    def observe_batch(self, report: BatchReport) -> None:
-        """Record one micro-batch (the ``on_report`` callback of the job)."""
+    def observe_batch(self, batch: BatchFigures) -> None:
+        """Record one micro-batch."""
         self.batches.inc()
-        self.input_records.labels("subscriptions").inc(report.subscription_records)
-        self.input_records.labels("events").inc(report.events)
-        self.events_matched.inc(report.events - report.events_rejected)
-        self.notifications.inc(report.notifications)
-        self.changes_applied.inc(report.subscriptions_applied)
-        for input_name, code, count in report.rejects:
+        self.input_records.labels("subscriptions").inc(batch.subscription_records)
+        self.input_records.labels("events").inc(batch.events)
+        self.events_matched.inc(batch.events - batch.events_rejected)
+        self.notifications.inc(batch.notifications)
+        self.changes_applied.inc(batch.changes_applied)
+        for input_name, code, count in batch.rejects:
             self.rejected.labels(input_name, code).inc(count)
-        w = report.workers
-        for phase, seconds in (
-            ("read", report.read_s), ("state", report.state_s),
-            ("match_write", report.match_write_s),
-            ("subscriptions_validate", report.subscriptions_validate_s),
-            ("subscriptions_apply", report.subscriptions_apply_s),
-            # disjoint, for a stacked chart: the catch-up without its snapshot writes
-            ("worker_sync", w.sync_s - w.snapshot_s), ("worker_snapshot", w.snapshot_s),
-            ("worker_parse", w.parse_s), ("worker_match", w.match_s),
-            ("worker_encode", w.encode_s), ("worker_write", w.write_s),
-        ):  # fmt: skip
+        for phase, seconds in batch.phase_seconds.items():
             self.phase_seconds.labels(phase).inc(max(0.0, seconds))
-        self.batch_duration.observe(report.total_s)
-        self.batch_rows.observe(report.subscription_records + report.events)
-        self.subscriptions.set(report.live_subscriptions)
-        self.state_version.set(report.version)
-        if w.tasks:
-            self.match_duration.observe(w.match_s)
-            self.worker_tasks.inc(w.tasks)
-            self.worker_reloads.inc(w.reloads)
-            self.worker_lag.set(w.lag)
-            for shard, subscriptions in w.shard_subscriptions.items():
+        self.batch_duration.observe(batch.total_s)
+        self.batch_rows.observe(batch.subscription_records + batch.events)
+        self.subscriptions.set(batch.live_subscriptions)
+        self.state_version.set(batch.version)
+        if batch.tasks:
+            self.match_duration.observe(batch.match_s)
+            self.worker_tasks.inc(batch.tasks)
+            self.worker_reloads.inc(batch.reloads)
+            self.worker_lag.set(batch.lag)
+            for shard, subscriptions in batch.shard_subscriptions.items():
                 self.index_subscriptions.labels(str(shard)).set(subscriptions)
-            self.index_predicates.set(w.index_predicates)
-            self.index_spaces.set(w.index_spaces)
-            self.index_bytes.set(w.index_bytes)
-            self.worker_peak_rss.set(w.peak_rss_bytes)
-        if report.subscription_records or report.events:
+            self.index_predicates.set(batch.index_predicates)
+            self.index_spaces.set(batch.index_spaces)
+            self.index_bytes.set(batch.index_bytes)
+            self.worker_peak_rss.set(batch.peak_rss_bytes)
+        if batch.subscription_records or batch.events:
             self.last_batch_time.set_to_current_time()
 
     def observe_progress(self, progress: Mapping[str, Any] | None) -> None:

@@ -1,0 +1,133 @@
+"""Kafka topic administration: the service's topics, and whether a broker answers.
+
+Owns the four topics' settings (:func:`service_topics`: subscriptions compacted, the
+rest deleted by age), creating the missing ones (:func:`ensure_topics`), deleting
+topics (the tests and the benchmark) and :func:`wait_for_kafka`. A refused login fails
+within about a second with :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from psmatch.adapters.kafka.client import (
+    ClientErrors,
+    KafkaAuthenticationError,
+    KafkaServiceError,
+    client_config,
+)
+from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
+
+log = logging.getLogger(__name__)
+
+
+def _admin(bootstrap_servers: str, security: KafkaSecurity) -> tuple[AdminClient, ClientErrors]:
+    errors = ClientErrors(bootstrap_servers)
+    return AdminClient(client_config(bootstrap_servers, security, errors)), errors
+
+
+def _list_topics(admin: AdminClient, errors: ClientErrors, timeout: float) -> Any:
+    """Cluster metadata; a refused login fails within about a second, not at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        step = max(0.1, min(1.0, deadline - time.monotonic()))
+        try:
+            return admin.list_topics(timeout=step)
+        except Exception as exc:
+            admin.poll(0)  # runs the error callback
+            errors.check()
+            if time.monotonic() >= deadline:
+                raise KafkaServiceError(
+                    f"Kafka at {errors.bootstrap_servers} is not reachable: {exc}"
+                ) from None
+
+
+def wait_for_kafka(
+    bootstrap_servers: str, timeout: float = 10.0, security: KafkaSecurity = PLAINTEXT
+) -> bool:
+    """Whether a broker answers a metadata request within ``timeout`` seconds.
+
+    :class:`KafkaAuthenticationError` if it refuses the credentials.
+    """
+    admin, errors = _admin(bootstrap_servers, security)
+    try:
+        return bool(_list_topics(admin, errors, timeout).brokers)
+    except KafkaAuthenticationError:
+        raise
+    except KafkaServiceError:
+        return False
+
+
+def ensure_topics(
+    bootstrap_servers: str,
+    topics: Mapping[str, Mapping[str, str]],
+    partitions: int = 2,
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created.
+
+    ``topics`` maps a name to its topic configs (e.g. ``{"cleanup.policy": "compact"}``).
+    """
+    admin, errors = _admin(bootstrap_servers, security)
+    existing = set(_list_topics(admin, errors, timeout).topics)
+    new = [
+        NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(cfg))
+        for name, cfg in topics.items()
+        if name not in existing
+    ]
+    created = []
+    if new:
+        for name, future in admin.create_topics(new, operation_timeout=timeout).items():
+            try:
+                future.result()
+                created.append(name)
+                log.info("created topic %s", name)
+            except Exception as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                raise KafkaServiceError(f"could not create topic {name}: {exc}") from exc
+        _wait_topics_visible(admin, [t.topic for t in new], timeout)
+    return created
+
+
+def _wait_topics_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=timeout)
+        if all(n in md.topics and md.topics[n].partitions for n in names):
+            return
+        time.sleep(0.1)
+
+
+def delete_topics(
+    bootstrap_servers: str,
+    names: list[str],
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
+    admin, _ = _admin(bootstrap_servers, security)
+    for future in admin.delete_topics(names, operation_timeout=timeout).values():
+        try:
+            future.result()
+        except Exception as exc:
+            log.warning("could not delete topic: %s", exc)
+
+
+def service_topics(
+    subscriptions: str, events: str, notifications: str, rejected: str
+) -> dict[str, dict[str, str]]:
+    """The four topics with their configs: subscriptions compacted, the rest deleted by age."""
+    return {
+        subscriptions: {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"},
+        events: {"retention.ms": str(7 * 24 * 3600 * 1000)},
+        notifications: {"retention.ms": str(7 * 24 * 3600 * 1000)},
+        rejected: {"retention.ms": str(30 * 24 * 3600 * 1000)},
+    }

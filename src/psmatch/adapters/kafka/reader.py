@@ -1,0 +1,163 @@
+"""Reading one topic without a consumer group: :class:`TopicReader` and its
+:class:`Record`.
+
+Owns reading from the beginning, the end or given offsets, all partitions or some, to
+the current end or following new records: what ``psmatch tail`` and ``psmatch
+rebuild-state``, the tests and the benchmark read with.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+from psmatch.adapters.kafka.client import ClientErrors, KafkaServiceError, client_config
+from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record read from Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+    def json(self) -> Any:
+        return None if self.value is None else json.loads(self.value)
+
+
+class TopicReader:
+    """Reads one topic from the beginning or the end, or from given offsets, without a
+    group: all its partitions, or those given (:class:`KafkaServiceError` for one it does
+    not have)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        from_beginning: bool = True,
+        security: KafkaSecurity = PLAINTEXT,
+        partitions: Sequence[int] | None = None,
+        offsets: Mapping[int, int] | None = None,
+    ) -> None:
+        """``offsets``: where to start in each partition read (``end_offsets()`` of an
+        earlier reader), instead of the beginning or the end."""
+        self.topic = topic
+        self._client_errors = ClientErrors(bootstrap_servers)
+        self._consumer = Consumer(
+            {
+                **client_config(bootstrap_servers, security, self._client_errors),
+                "group.id": f"psmatch-reader-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest" if from_beginning else "latest",
+            }
+        )
+        md = self._metadata(topic, timeout=30.0)
+        if topic not in md.topics or md.topics[topic].error is not None:
+            self._consumer.close()
+            raise KafkaServiceError(f"topic {topic} does not exist")
+        self._partitions = sorted(md.topics[topic].partitions)
+        if partitions is not None:
+            missing = set(partitions) - set(self._partitions)
+            if missing:
+                self._consumer.close()
+                raise KafkaServiceError(f"topic {topic} has no partition {sorted(missing)}")
+            self._partitions = sorted(set(partitions))
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        self._consumer.assign([TopicPartition(topic, p, start if offsets is None else offsets[p])
+                               for p in self._partitions])  # fmt: skip
+        self._eof: set[int] = set()
+
+    def end_offsets(self, timeout: float = 10.0) -> dict[int, int]:
+        """The offset the next record of each partition read will get (its high
+        watermark), asked of the broker."""
+        return {p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                                                        timeout=timeout)[1]
+                for p in self._partitions}  # fmt: skip
+
+    def _metadata(self, topic: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._consumer.list_topics(topic, timeout=1.0)
+            except Exception as exc:
+                self._consumer.poll(0)  # runs the error callback
+                if self._client_errors.auth is not None or time.monotonic() >= deadline:
+                    self._consumer.close()
+                    self._client_errors.check()
+                    raise KafkaServiceError(
+                        f"Kafka at {self._client_errors.bootstrap_servers} is not reachable: {exc}"
+                    ) from None
+
+    def poll(self, timeout: float = 1.0, max_records: int = 10_000) -> list[Record]:
+        """Records available now (waiting at most ``timeout`` for the first)."""
+        out: list[Record] = []
+        for msg in self._messages(timeout, max_records):
+            _, ts = msg.timestamp()
+            out.append(
+                Record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), ts)
+            )
+        return out
+
+    def _messages(self, timeout: float, max_records: int) -> list[Any]:
+        """The messages available now, waiting at most ``timeout`` for the first, less
+        the end-of-partition markers (noted for :attr:`at_end`);
+        :class:`KafkaServiceError` for any other error."""
+        self._client_errors.check()
+        out = []
+        for msg in self._consumer.consume(num_messages=max_records, timeout=timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._eof.add(msg.partition())
+                    continue
+                raise KafkaServiceError(f"reading {self.topic}: {err}")
+            self._eof.discard(msg.partition())
+            out.append(msg)
+        return out
+
+    @property
+    def at_end(self) -> bool:
+        """Whether every partition reported end-of-partition since its last record."""
+        return self._eof >= set(self._partitions)
+
+    def read_to_end(self, timeout: float = 30.0) -> list[Record]:
+        """Everything up to the current end of every partition."""
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
+        while not self.at_end:
+            if time.monotonic() > deadline:
+                raise KafkaServiceError(f"could not read {self.topic} to its end in {timeout} s")
+            out.extend(self.poll(0.5))
+        return out
+
+    def follow(self, idle_timeout: float | None = None) -> Iterator[Record]:
+        """Yield records as they arrive; stop after ``idle_timeout`` s without any."""
+        last = time.monotonic()
+        while True:
+            records = self.poll(0.5)
+            if records:
+                last = time.monotonic()
+                yield from records
+            elif idle_timeout is not None and time.monotonic() - last > idle_timeout:
+                return
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
