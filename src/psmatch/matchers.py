@@ -20,6 +20,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "counting": ("psmatch.baselines.counting", "CountingMatcher"),
     "propagation": ("psmatch.baselines.propagation", "PropagationMatcher"),
     "pbtree": ("psmatch.baselines.pbtree", "PBTreeMatcher"),
+    "bitset": ("psmatch.bitset.matcher", "BitsetMatcher"),
 }
 
 MATCHERS: tuple[str, ...] = tuple(_REGISTRY)
