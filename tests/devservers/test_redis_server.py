@@ -1,4 +1,5 @@
-"""Starting and stopping the project's own Kafka and Redis processes."""
+"""psmatch.devservers.redis_server: a real redis-server started, stopped, killed, restarted,
+detached and adopted, with and without a password."""
 
 from __future__ import annotations
 
@@ -9,16 +10,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from psmatch.devservers.kafka_broker import KafkaBroker
-from psmatch.devservers.process import LocalServerError, free_port, port_open
+from psmatch.devservers.process import port_open
 from psmatch.devservers.redis_server import RedisServer
 
 pytestmark = pytest.mark.integration
-
-
-def test_free_port_is_free() -> None:
-    port = free_port()
-    assert not port_open("127.0.0.1", port)
 
 
 def test_redis_starts_with_aof_and_stops(tmp_path: Path) -> None:
@@ -33,12 +28,6 @@ def test_redis_starts_with_aof_and_stops(tmp_path: Path) -> None:
         server.stop()
     assert not server.running
     assert not port_open("127.0.0.1", server.port)
-
-
-def test_kafka_without_jars_says_what_to_run(tmp_path: Path) -> None:
-    broker = KafkaBroker(tmp_path / "kafka", libs_dir=tmp_path / "nothing")
-    with pytest.raises(LocalServerError, match="fetch-jars"):
-        broker.start()
 
 
 def test_redis_stop_start_and_kill_keep_port_and_data(tmp_path: Path) -> None:
@@ -92,13 +81,3 @@ def test_redis_with_a_password_refuses_other_clients(tmp_path: Path) -> None:
         assert 'cr\\et' not in repr(server)
     finally:
         server.stop()
-
-
-def test_a_failed_storage_format_says_what_kafka_said(tmp_path: Path) -> None:
-    (tmp_path / "kafka").mkdir()
-    (tmp_path / "kafka" / "data").write_text("a file where the log directory goes")
-    broker = KafkaBroker(tmp_path / "kafka")
-    with pytest.raises(LocalServerError, match=r"StorageTool format failed \(exit \d+\) for the "
-                                               r"broker in .*kafka: .+"):  # fmt: skip
-        broker.start()
-    assert not broker.running
