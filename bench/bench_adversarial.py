@@ -38,7 +38,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -393,7 +392,7 @@ def _revision() -> str:
 
 _HEADER = """# Adversarial benchmark (issue 9)
 
-Written by `bench/bench_adversarial.py` (each section names the command and the date
+Written by `bench/bench_adversarial.py` (each section names the command and the commit
 that produced it; a run rewrites only the sections of the cases it ran). Each figure
 comes from a fresh subprocess; CPU seconds are the cost on one core, peak memory the
 growth of the resident set's peak over the measured operation. A bold cell is a
@@ -447,11 +446,10 @@ def main() -> None:
     for case in args.cases.split(","):
         title, run = CASES[case]
         print(f"{case}:", file=sys.stderr, flush=True)
-        started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         machine = f"{_revision()}; {_machine()}"
         table = run(args, limits)
         sections[case] = (f"## {title}\n\n{NOT_EXECUTED}\n```console\n{command.rstrip()}\n```\n\n"
-                          f"{started}; {machine}.\n\n{table}\n\n")
+                          f"{machine[0].upper()}{machine[1:]}.\n\n{table}\n\n")
         print(sections[case], flush=True)
     if not args.no_doc:
         _write_doc(sections)

@@ -15,7 +15,7 @@ docs/faults.md (between its ``faults:begin``/``faults:end`` markers).
 Usage::
 
     .venv/bin/python bench/bench_faults.py --rate 50 --subscriptions 100 \\
-        [--write-docs docs/faults.md]
+        --long-broker-down 90 [--write-docs docs/faults.md]
 """
 
 from __future__ import annotations
@@ -26,25 +26,27 @@ import os
 import shlex
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
+from docsection import replace_section  # noqa: E402 - beside this script
+
 from tests.service.faults import TABLE_HEADER, FaultRun, PhaseResult  # noqa: E402
 
 log = logging.getLogger("bench")
 
-BEGIN, END = "<!-- faults:begin -->", "<!-- faults:end -->"
-
 RUN = """\
-### Run of {when}
+<!-- not executed: starts Kafka, Redis and a psmatch run job, about ten minutes -->
+```sh
+{command}
+```
 
-`{command}`: {subscriptions} subscriptions, {rate:g} good events/s, trigger {trigger:g} s,
-Redis dead for {redis_down:g} s, broker stopped for {broker_down:g} s{long}; bad records sent with
-{clients}. Load average {load} at the start (this 2-core machine is shared with other
-engineers' work: times are upper bounds).
+{subscriptions} subscriptions, {rate:g} good events/s, trigger {trigger:g} s, Redis dead for
+{redis_down:g} s, broker stopped for {broker_down:g} s{long}; bad records sent with {clients}.
+Load average {load} at the start (the machine is shared with other work: times are
+upper bounds).
 
 {table}
 
@@ -69,9 +71,8 @@ def main() -> int:
     for noisy in ("kafka", "psmatch.faults.kafka", "psmatch.faults.producer",
                   "psmatch.faults.consumer"):  # fmt: skip
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    command = "python bench/bench_faults.py " + shlex.join(sys.argv[1:])
+    command = ".venv/bin/python bench/bench_faults.py " + shlex.join(sys.argv[1:])
     load = os.getloadavg()[0]
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results: list[PhaseResult]
     with tempfile.TemporaryDirectory(prefix="psmatch-faults-") as tmp:
         run = FaultRun(Path(tmp), rate=args.rate, subscriptions=args.subscriptions,
@@ -95,23 +96,14 @@ def main() -> int:
     print(table)
     if args.write_docs:
         section = RUN.format(
-            when=when, command=command, subscriptions=args.subscriptions, rate=args.rate,
+            command=command, subscriptions=args.subscriptions, rate=args.rate,
             trigger=args.trigger, redis_down=args.redis_down, broker_down=args.broker_down,
             long=f" then {args.long_broker_down:g} s" if args.long_broker_down else "",
             clients=", ".join(clients), load=f"{load:.1f}", table=table, notes=notes,
         )  # fmt: skip
-        _write_section(args.write_docs, section)
+        replace_section(args.write_docs, "faults", section)
         log.info("wrote %s", args.write_docs)
     return 0 if all(_ok(r) for r in results) else 1
-
-
-def _write_section(path: Path, section: str) -> None:
-    """Replace the text between the markers of ``path`` (the rest is hand-written)."""
-    text = path.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{path} has no {BEGIN} ... {END} section to replace")
-    head, rest = text.split(BEGIN, 1)
-    path.write_text(f"{head}{BEGIN}\n{section}\n{END}{rest.split(END, 1)[1]}")
 
 
 def _ok(result: PhaseResult) -> bool:

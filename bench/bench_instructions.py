@@ -21,8 +21,10 @@ steps:
 Reported per revision and matcher: instructions per add, deferred instructions per add,
 their sum, the cost of an add read at once, and instructions per matched event. Needs
 Debian's ``valgrind`` (with ``valgrind/callgrind.h``) and ``gcc``; each run takes 30-60 s.
+A revision must have the package under ``src/psmatch/``. ``--docs docs`` writes the table,
+with the command, to ``docs/benchmarks.md`` (between its ``bench_instructions`` markers).
 
-    .venv/bin/python bench/bench_instructions.py --revisions 76f7538 HEAD
+    .venv/bin/python bench/bench_instructions.py --revisions HEAD [--docs docs]
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import tomllib
 from pathlib import Path
+
+from docsection import replace_section
 
 REPO = Path(__file__).resolve().parent.parent
 MATCHERS = ("pstbloom", "psthash", "opindex", "betree", "counting", "propagation", "pbtree")
@@ -89,9 +94,9 @@ def _totals(out: Path) -> list[int]:
 
 
 def measure(worktree: Path, matcher: str, args: argparse.Namespace, library: Path,
-            scratch: Path) -> dict[str, float]:
-    out = scratch / f"{worktree.name}-{matcher}.out"
-    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(worktree)}
+            workdir: Path) -> dict[str, float]:
+    out = workdir / f"{worktree.name}-{matcher}.out"
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONPATH": str(worktree / "src")}
     subprocess.run(
         ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
          sys.executable, "-c", _MEASURE, matcher, str(args.subscriptions), str(args.events),
@@ -106,16 +111,18 @@ def measure(worktree: Path, matcher: str, args: argparse.Namespace, library: Pat
             "match per event": match / args.events}
 
 
-def build_kernels(tree: Path) -> None:
-    """Build a checkout's compiled loops (``src/psmatch/core/_kernels.c``) in place, as
-    ``pip install -e`` does in the repository, so that the checkout imports from its
-    own tree: with the flags of ``pyproject.toml``'s ``ext-modules``."""
-    source = tree / "index" / "_kernels.c"
-    if source.exists():
-        target = source.with_name("_kernels" + sysconfig.get_config_var("EXT_SUFFIX"))
-        subprocess.run(["gcc", "-shared", "-fPIC", "-O3",
+def build_extensions(tree: Path) -> None:
+    """Build a checkout's C extensions in place (``pyproject.toml``'s ``ext-modules``, with
+    their flags), as ``pip install -e`` does in the repository, so that the checkout
+    imports from its own tree."""
+    config = tomllib.loads((tree / "pyproject.toml").read_text())
+    for ext in config.get("tool", {}).get("setuptools", {}).get("ext-modules", []):
+        target = tree / "src" / (ext["name"].replace(".", "/")
+                                 + sysconfig.get_config_var("EXT_SUFFIX"))  # fmt: skip
+        subprocess.run(["gcc", "-shared", "-fPIC", *ext.get("extra-compile-args", []),
                         f"-I{sysconfig.get_paths()['include']}", "-o", str(target),
-                        str(source)], check=True)  # fmt: skip
+                        *(str(tree / source) for source in ext["sources"])],
+                       check=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,35 +133,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--subscriptions", type=int, default=20_000)
     parser.add_argument("--events", type=int, default=20)
     parser.add_argument("--adds", type=int, default=100)
+    parser.add_argument("--docs", type=Path, help="write the table to <dir>/benchmarks.md")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="psmatch-instructions-") as tmp:
-        scratch = Path(tmp)
-        (scratch / "toggle.c").write_text(_TOGGLE_C)
-        library = scratch / "libtoggle.so"
+        workdir = Path(tmp)
+        (workdir / "toggle.c").write_text(_TOGGLE_C)
+        library = workdir / "libtoggle.so"
         subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(library),
-                        str(scratch / "toggle.c")], check=True)
+                        str(workdir / "toggle.c")], check=True)
         trees = {}
         for revision in args.revisions:
-            tree = scratch / f"rev{len(trees)}"
+            tree = workdir / f"rev{len(trees)}"
             subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree),
                             revision], check=True, capture_output=True)
             trees[revision] = tree
-            build_kernels(tree)
+            build_extensions(tree)
         try:
-            print("| matcher | revision | add (M instr) | deferred | add + deferred "
-                  "| add read at once | match per event (M instr) |")
-            print("|---|---|---:|---:|---:|---:|---:|")
+            rows = ["| matcher | revision | add (M instr) | deferred | add + deferred "
+                    "| add read at once | match per event (M instr) |",
+                    "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+            print(*rows, sep="\n")
             for matcher in args.matchers.split(","):
                 for revision, tree in trees.items():
-                    r = measure(tree, matcher, args, library, scratch)
-                    print(f"| {matcher} | {revision} | {r['add'] / 1e6:.3f} | "
-                          f"{r['deferred'] / 1e6:.3f} | {r['add + deferred'] / 1e6:.3f} | "
-                          f"{r['add read at once'] / 1e6:.3f} | "
-                          f"{r['match per event'] / 1e6:.3f} |", flush=True)
+                    r = measure(tree, matcher, args, library, workdir)
+                    rows.append(f"| {matcher} | {revision} | {r['add'] / 1e6:.3f} | "
+                                f"{r['deferred'] / 1e6:.3f} | {r['add + deferred'] / 1e6:.3f} | "
+                                f"{r['add read at once'] / 1e6:.3f} | "
+                                f"{r['match per event'] / 1e6:.3f} |")  # fmt: skip
+                    print(rows[-1], flush=True)
         finally:
             for tree in trees.values():
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
                                 str(tree)], check=False, capture_output=True)
+    if args.docs:
+        command = " ".join(argv if argv is not None else sys.argv[1:])
+        replace_section(args.docs / "benchmarks.md", "bench_instructions", (
+            "<!-- not executed: callgrind runs of 1-5 minutes each per revision and matcher -->\n"
+            f"```sh\n.venv/bin/python bench/bench_instructions.py {command}\n```\n\n"
+            + "\n".join(rows)))  # fmt: skip
     return 0
 
 

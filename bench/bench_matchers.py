@@ -40,7 +40,6 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import fields
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -251,14 +250,14 @@ def _command_line() -> str:
 
 
 def _run_children(
-    args: argparse.Namespace, argv: list[str], names: list[str], scratch: Path
+    args: argparse.Namespace, argv: list[str], names: list[str], workdir: Path
 ) -> tuple[list[dict[str, Any]], dict[str, list[list[str]]]]:
     """Run each matcher in its own subprocess; its result row and its answers."""
     rows: list[dict[str, Any]] = []
     answers: dict[str, list[list[str]]] = {}
     env = os.environ | {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     for name in names:
-        answers_path = scratch / f"{name}.json"
+        answers_path = workdir / f"{name}.json"
         command = [
             sys.executable,
             __file__,
@@ -396,7 +395,6 @@ def _report(
     params: BEGenParams,
     rows: list[dict[str, Any]],
     answers: dict[str, list[list[str]]],
-    started: datetime,
     seconds: float,
 ) -> str:
     reference = "scan" if "scan" in answers else next(iter(answers), None)
@@ -419,7 +417,7 @@ def _report(
 
 Command: `{_command_line()}`
 
-Date: {started:%Y-%m-%d %H:%M} UTC (whole run {seconds / 60:.1f} min). Machine: {_machine()}.
+Whole run {seconds / 60:.1f} min. Machine: {_machine()}.
 Each matcher ran in its own subprocess pinned to core {args.cpu}.
 
 Workload (BE-Gen, `src/psmatch/begen/`): {workload}. The index holds {args.subscriptions:,}
@@ -475,12 +473,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "error: need 0 <= --updates <= --subscriptions and --batch-size >= 1", file=sys.stderr
         )
         return 2
-    started, clock = datetime.now(UTC), time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-matchers-") as scratch:
-        rows, answers = _run_children(args, argv, names, Path(scratch))
+    clock = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="bench-matchers-") as workdir:
+        rows, answers = _run_children(args, argv, names, Path(workdir))
     _compare(rows, answers)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    report = _report(args, params, rows, answers, started, time.perf_counter() - clock)
+    report = _report(args, params, rows, answers, time.perf_counter() - clock)
     (args.out_dir / "bench-matchers.md").write_text(report, encoding="utf-8")
     _plot(
         rows,

@@ -8,16 +8,18 @@ equality ratio, matching probability and subscription count.
 
 It never imports a matcher: each workload point is one subprocess call of
 ``bench/bench_matchers.py`` (which runs every matcher in its own subprocess) with ``--out-dir``
-under a scratch directory; the markdown table that script writes is parsed (it writes no JSON).
+under a temporary directory; the markdown table that script writes is parsed (it writes no JSON).
 Results accumulate in a JSON file (``--results``) after every point, so a sweep cut short by
 ``--budget-minutes`` or an interrupt can still be rendered with ``--render-only``. The
 hand-written analysis between the ``<!-- analysis -->`` markers of an existing
-``docs/benchmarks.md`` is kept when the report is regenerated.
+``docs/benchmarks.md`` is kept when the report is regenerated, and so are the sections other
+scripts write there (between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` markers,
+e.g. ``bench/bench_instructions.py``'s).
 
 Progress goes to stderr. Example::
 
-    .venv/bin/python bench/bench_sweep.py --budget-minutes 50 --results /tmp/sweep.json
-    .venv/bin/python bench/bench_sweep.py --render-only --results /tmp/sweep.json
+    .venv/bin/python bench/bench_sweep.py --budget-minutes 50 --results bench-sweep.json
+    .venv/bin/python bench/bench_sweep.py --render-only --results bench-sweep.json
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ ALL = "pstbloom,psthash,opindex,betree,counting,propagation,pbtree"
 CONTENDERS = "pstbloom,psthash,opindex,betree"
 ORDER = ["scan", *ALL.split(",")]
 ANALYSIS_START, ANALYSIS_END = "<!-- analysis -->", "<!-- /analysis -->"
+OTHER_SECTION = re.compile(r"^<!-- (\w+):begin -->$.*?^<!-- \1:end -->$", re.M | re.S)
+"""A section another script writes on the page (its heading inside it), kept as it is."""
+OUT_DIR = re.compile(r"--out-dir \S+")
 
 
 @dataclass(frozen=True)
@@ -182,7 +187,6 @@ def parse_report(text: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """The header facts and the table rows of a bench-matchers.md."""
     header: dict[str, str] = {}
     for name, pattern in {
-        "date": r"^Date: (.*?) UTC",
         "machine": r"Machine: (.*?)\.\n",
         "workload": r"^Workload \(BE-Gen[^:]*: (.*?)\. The index",
         "measured_probability": r"probability measured: ([0-9.]+%|not measured)",
@@ -221,9 +225,9 @@ def parse_report(text: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
     return header, rows
 
 
-def run_point(point: Point, ns: argparse.Namespace, scratch: Path) -> Result:
+def run_point(point: Point, ns: argparse.Namespace, workdir: Path) -> Result:
     """One subprocess call of bench_matchers for ``point``; its parsed result."""
-    out_dir = scratch / point.key
+    out_dir = workdir / point.key
     command = [
         ".venv/bin/python",
         "bench/bench_matchers.py",
@@ -234,7 +238,7 @@ def run_point(point: Point, ns: argparse.Namespace, scratch: Path) -> Result:
         "--out-dir",
         str(out_dir),
     ]
-    log = scratch / f"{point.key}.log"
+    log = workdir / f"{point.key}.log"
     started = datetime.now(UTC)
     result = Result(
         point.key, shlex.join(command), f"{started:%Y-%m-%d %H:%M}", 0.0, os.getloadavg()[0]
@@ -268,8 +272,8 @@ def sweep(ns: argparse.Namespace) -> dict[str, Any]:
     """Run the selected points in priority order within the budget, saving after each."""
     data = load(ns.results)
     data.setdefault("settings", {})["common"] = _common(ns)
-    scratch = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
-    print(f"[sweep] scratch dir {scratch}", file=sys.stderr, flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    print(f"[sweep] work directory {workdir}", file=sys.stderr, flush=True)
     clock = time.perf_counter()
     by_key = {p.key: p for p in POINTS}
     wanted = ns.points.split(",") if ns.points else list(by_key)  # run in this order
@@ -284,7 +288,7 @@ def sweep(ns: argparse.Namespace) -> dict[str, Any]:
                 flush=True,
             )
             continue
-        data["results"][point.key] = asdict(run_point(point, ns, scratch))
+        data["results"][point.key] = asdict(run_point(point, ns, workdir))
         ns.results.write_text(json.dumps(data, indent=1))
     return data
 
@@ -437,17 +441,18 @@ def render(data: dict[str, Any], docs: Path, sweep_commands: list[str]) -> Path:
     docs.mkdir(parents=True, exist_ok=True)
     path = docs / "benchmarks.md"
     analysis = f"{ANALYSIS_START}\n(analysis to be written)\n{ANALYSIS_END}"
+    others = ""
     if path.exists():
         old = path.read_text(encoding="utf-8")
         if ANALYSIS_START in old and ANALYSIS_END in old:
             analysis = old[old.index(ANALYSIS_START) : old.index(ANALYSIS_END) + len(ANALYSIS_END)]
+        others = "".join(f"{m.group(0)}\n\n" for m in OTHER_SECTION.finditer(old))
     first = next(iter(results.values()), {})
     machine = first.get("header", {}).get("machine", "unknown")
-    dates = sorted(r["started"] for r in results.values())
     total = sum(r["seconds"] for r in results.values()) / 60
     commands = "\n".join(
-        f"# {key} ({r['seconds'] / 60:.1f} min, started {r['started']} UTC, "
-        f"load {r['loadavg']:.1f})\n{r['command']}"
+        f"# {key} ({r['seconds'] / 60:.1f} min, load {r['loadavg']:.1f})\n"
+        + OUT_DIR.sub("--out-dir OUT", r["command"])
         for key, r in sorted(results.items(), key=lambda kv: kv[1]["started"])
     )
     workload = first.get("header", {}).get("workload", "")
@@ -458,8 +463,7 @@ def render(data: dict[str, Any], docs: Path, sweep_commands: list[str]) -> Path:
 Generated by `bench/bench_sweep.py`, which calls
 `bench/bench_matchers.py` once per workload point; every figure below comes from those runs.
 
-- Dates: {dates[0] if dates else "?"} to {dates[-1] if dates else "?"} UTC; {len(results)}
-  workload points, {total:.0f} min of benchmark wall time in all.
+- {len(results)} workload points, {total:.0f} min of benchmark wall time in all.
 - Machine: {machine}. The machine is **shared and busy**: other jobs ran concurrently, so a
   matcher's subprocess (pinned to one core) often got well under 100% of its core (see the
   CPU/wall share and the core of each point below). Compare matchers **within one point as
@@ -481,7 +485,7 @@ Generated by `bench/bench_sweep.py`, which calls
 ## Results per sweep
 
 {sections}
-## Commands
+{others}## Commands
 
 The sweep itself, run from the repository root (one or more invocations sharing one
 `--results` file; a later invocation skips points already measured):
@@ -490,8 +494,8 @@ The sweep itself, run from the repository root (one or more invocations sharing 
 {sweep}
 ```
 
-Each point is one call of `bench/bench_matchers.py` made by the sweep (`--out-dir` was a
-scratch directory):
+Each point is one call of `bench/bench_matchers.py` made by the sweep (`--out-dir` is a
+directory the sweep makes under the system's temporary directory):
 
 ```
 {commands}
@@ -554,9 +558,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     settings = data.setdefault("settings", {})
     commands: list[str] = settings.setdefault("sweep_commands", [])
-    legacy = settings.pop("sweep_command", None)
-    if legacy and legacy not in commands:
-        commands.insert(0, legacy)
     if not ns.render_only:
         argv_used = argv if argv is not None else sys.argv[1:]
         commands.append(shlex.join([".venv/bin/python", "bench/bench_sweep.py", *argv_used]))
