@@ -34,6 +34,24 @@ def test_console_script_is_installed() -> None:
     assert result.returncode == 0 and "rebuild-state" in result.stdout
 
 
+# The service extra's modules, as a Python without the extra lacks them.
+SERVICE_EXTRA = ("pyspark", "pyarrow", "pandas", "confluent_kafka", "redis", "hiredis",
+                 "prometheus_client", "orjson")  # fmt: skip
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["tail"], ["servers", "status"]])
+def test_without_the_service_extra_every_command_says_so_in_one_line(argv: list[str]) -> None:
+    """``python -m psmatch`` with the extra's modules unimportable (a ``None`` in
+    ``sys.modules`` makes their import fail as a missing module does)."""
+    code = (f"import runpy, sys; sys.modules.update(dict.fromkeys({SERVICE_EXTRA!r}));"
+            f" sys.argv = ['psmatch', *{argv!r}]; runpy.run_module('psmatch', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("psmatch: the service needs the 'service' extra (no module named ")
+    assert line.endswith("pip install 'psmatch[service]'") and not done.stdout
+
+
 def test_invalid_expression_is_refused_before_kafka(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["subscribe", "s1", "price <", "--bootstrap-servers", "127.0.0.1:1"]) == 2
     assert "invalid expression" in capsys.readouterr().err

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +94,25 @@ def test_secrets_come_from_env_or_file_and_are_never_shown(tmp_path: Path) -> No
 def test_bad_security_and_retry_settings(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         ServiceConfig.load(env=env)
+
+
+def test_default_folders_are_the_checkouts_else_the_current_directory(tmp_path: Path) -> None:
+    """From the checkout (an editable install), var/ and .cache/ are the checkout's; from a
+    copy of the package outside any checkout (as an installed wheel is), the current
+    directory's."""
+    checkout = Path(__file__).resolve().parents[2]
+    cfg = ServiceConfig()
+    assert cfg.checkpoint_location == str(checkout / "var" / "checkpoint")
+    assert cfg.spark_jars_dir == str(checkout / ".cache" / "spark-kafka" / "jars")
+    site, elsewhere = tmp_path / "site-packages", tmp_path / "elsewhere"
+    shutil.copytree(checkout / "src" / "psmatch", site / "psmatch",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    elsewhere.mkdir()
+    code = ("from psmatch.service.config import ServiceConfig as C; import psmatch; "
+            "print(psmatch.__file__); print(C().checkpoint_location); print(C().spark_jars_dir)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, capture_output=True,
+                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(site)})
+    located, checkpoint, jars = done.stdout.splitlines()
+    assert located.startswith(str(site))
+    assert checkpoint == str(elsewhere / "var" / "checkpoint")
+    assert jars == str(elsewhere / ".cache" / "spark-kafka" / "jars")

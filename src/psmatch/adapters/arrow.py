@@ -4,11 +4,10 @@ their buffers: how every Python worker builds and reads its batches.
 Why not ``pa.array``, ``pa.RecordBatch.from_pydict``, ``Array.to_numpy`` or the
 ``pyarrow.compute`` functions: pyarrow imports pandas for the first three (it checks
 whether the input is a pandas object) and ``pyarrow.compute`` for the fourth, which a
-Spark ``mapInArrow`` worker does not load otherwise: 42 and 8 MiB of resident memory
-in every Python worker that calls one once (measured on this machine), an eighth of a
-PSTBloom worker's 400 MB target at 1M subscriptions. Only the types the service's batches
-have are built here: int32, int64 and float64 without nulls, string and binary with
-them. Every
+Spark ``mapInArrow`` worker does not load otherwise: tens of MiB of resident memory for
+pandas, several for ``pyarrow.compute``, in every Python worker that calls one once, a
+share of the memory its index needs. Only the types the service's batches have are
+built here: int32, int64 and float64 without nulls, string and binary with them. Every
 function costs O(rows + bytes) in numpy, plus one ``bytes`` join for a list of values.
 """
 

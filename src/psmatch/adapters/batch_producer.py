@@ -2,18 +2,18 @@
 
 Owns the ctypes binding to librdkafka's producer API (the library confluent-kafka
 loads, so the process holds one copy of it) and :class:`BatchProducer`, the client
-under :class:`psmatch.adapters.kafka.sink.RecordSink`, the writer of the service's output records.
+under :class:`psmatch.adapters.kafka.sink.RecordSink`, the writer of the service's
+output records.
 
 Why not confluent-kafka's ``Producer``: its ``produce`` takes one record per Python call
 (argument parsing, a topic lookup by name, a Python ``bytes`` each for the key and the
-value), and its ``produce_batch`` a Python ``dict`` per record (it cost the calling
-thread more than the loop: 2.8 against 2.2 µs a record). A notification record of 438
-bytes cost the writing thread 2.0-2.7 µs of CPU with ``produce`` (4.8-5.3 µs with
-librdkafka's own threads, which compress and send); queued here, as pointers into the
-batch's Arrow buffers that ``rd_kafka_produce_batch`` copies, 0.57-0.69 µs (3.4 µs in
-all; ``bench/bench_sink_compression.py``, the two taken in turn, 2026-11-29,
-docs/bench-streaming.md, stop 34). At a million subscriptions an event makes about 126
-notifications.
+value), and its ``produce_batch`` a Python ``dict`` per record, which costs the calling
+thread more than the loop it saves. Queued here, as pointers into the batch's Arrow
+buffers that ``rd_kafka_produce_batch`` copies, a record costs the writing thread a
+fraction of what ``produce`` does; librdkafka's own threads, which compress and send,
+are the rest (``.venv/bin/python bench/bench_sink_compression.py`` measures both). A
+matching worker writes many records per event (one per match), so this is per-record
+work the workers would otherwise spend in Python.
 
 Everything librdkafka reports reaches Python only from :meth:`BatchProducer.poll` and
 :meth:`BatchProducer.flush`, in the calling thread: delivery failures (only failures are

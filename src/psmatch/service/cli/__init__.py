@@ -29,9 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
     except ModuleNotFoundError as exc:
         # the library needs numpy alone: any other missing module is the service's
-        if exc.name is None or exc.name.partition(".")[0] == "psmatch":
+        package = (exc.name or "psmatch").partition(".")[0]
+        if package == "psmatch":
             raise
-        print(MISSING_EXTRA.format(module=exc.name), file=sys.stderr)
+        print(MISSING_EXTRA.format(module=package), file=sys.stderr)
         return 1
 
 
