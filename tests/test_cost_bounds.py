@@ -15,8 +15,8 @@ import pytest
 from psmatch import MATCHERS, make_matcher
 from psmatch.language import parse_subscription
 from psmatch.pstree import rows as rows_module
-from psmatch.pstree.forest import PSTree
 from psmatch.pstree.store import ConjunctStore
+from psmatch.pstree.tree import PSTree
 
 INDEXES = [name for name in MATCHERS if name != "scan"]
 WIDE = 3000

@@ -24,7 +24,7 @@ import numpy as np
 
 from psmatch.core.columns import distinct_sorted, expand_ranges
 from psmatch.language import Kind, Value
-from psmatch.pstree.forest import number_columns
+from psmatch.pstree.tree import number_columns
 
 Keys = tuple[np.ndarray, ...]
 """A key column: ``(hi, lo)`` float64 for numbers and booleans, ``(objects,)`` for

@@ -44,8 +44,8 @@ from psmatch.core.columns import GrowableArray, expand_ranges, grown_capacity, z
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
 from psmatch.events import FlatEvent
-from psmatch.pstree.forest import Splits
 from psmatch.pstree.matcher import ForestBatch, ForestMatcher
+from psmatch.pstree.spaces import Splits
 from psmatch.pstree.store import InsertedConjuncts
 
 WIDE_SPACES = 32

@@ -41,13 +41,13 @@ import numpy as np
 from psmatch.core.columns import GrowableArray, distinct_sorted, expand_ranges, find_sorted
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
-from psmatch.pstree.forest import Splits
 from psmatch.pstree.kernels import (
     fallback_candidates,
     hashed_pair_entries,
     space_pair_keys,
 )
 from psmatch.pstree.matcher import ForestBatch, ForestMatcher
+from psmatch.pstree.spaces import Splits
 from psmatch.pstree.store import InsertedConjuncts
 
 MAX_KEYS = 32

@@ -26,7 +26,7 @@ from psmatch.core.columns import expand_ranges
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.language import Conjunct, Interval, Kind, Predicate
 from psmatch.language.encoding import ConjunctColumns
-from psmatch.pstree.forest import UNBOUNDED_HI, Forest, Splits
+from psmatch.pstree.forest import UNBOUNDED_HI, Forest
 from psmatch.pstree.kernels import verify_candidates
 from psmatch.pstree.rows import (
     ROW_DTYPE,
@@ -36,6 +36,7 @@ from psmatch.pstree.rows import (
     run_starts,
     tree_masks,
 )
+from psmatch.pstree.spaces import Splits
 
 NEAR_FULL_SPACES = 32
 """A predicate covering more spaces than this, and at least 8 times more than it leaves
