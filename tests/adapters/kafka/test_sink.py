@@ -1,142 +1,34 @@
-"""Kafka helpers against a real broker, cross-checked with kafka-python (another client)."""
+"""psmatch.adapters.kafka.sink: a batch cut into its topic runs, and the record sink
+against a real broker (partitions as the Java client chooses them, refused records, a
+broker restart), read back with kafka-python (another client)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
-from kafka import KafkaConsumer, KafkaProducer
 from kafka.partitioner.default import murmur2
 
-from psmatch.adapters.kafka.admin import ensure_topics, service_topics
+from psmatch.adapters.kafka.admin import ensure_topics
 from psmatch.adapters.kafka.client import KafkaServiceError
-from psmatch.adapters.kafka.producer import JsonProducer
-from psmatch.adapters.kafka.reader import TopicReader
 from psmatch.adapters.kafka.sink import RecordSink, SinkSettings, topic_runs
 from psmatch.devservers.kafka_broker import KafkaBroker
 from psmatch.devservers.services import LocalServices
+from tests.adapters.kafka.topics import new_topics
 from tests.adapters.outside_client import read_records
 
-pytestmark = pytest.mark.integration
-
 RECORDS = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary())])
-
-
-def _topics() -> dict[str, dict[str, str]]:
-    tag = uuid.uuid4().hex[:8]
-    return service_topics(f"s-{tag}", f"e-{tag}", f"n-{tag}", f"r-{tag}")
-
-
-def test_ensure_topics_creates_once_with_compaction(services: LocalServices) -> None:
-    bootstrap = services.kafka.bootstrap_servers
-    topics = _topics()
-    assert sorted(ensure_topics(bootstrap, topics, partitions=2)) == sorted(topics)
-    assert ensure_topics(bootstrap, topics, partitions=2) == []
-    subs = next(iter(topics))
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    md = admin.list_topics(timeout=10)
-    assert len(md.topics[subs].partitions) == 2
-    resource = ConfigResource(ConfigResource.Type.TOPIC, subs)
-    config = admin.describe_configs([resource])[resource].result()
-    assert config["cleanup.policy"].value == "compact"
-
-
-def test_json_producer_is_read_by_kafka_python(services: LocalServices) -> None:
-    bootstrap = services.kafka.bootstrap_servers
-    topic = next(iter(_topics()))
-    ensure_topics(bootstrap, {topic: {}}, partitions=1)
-    with JsonProducer(bootstrap) as producer:
-        producer.send(topic, {"a": 1, "s": "é"}, key="k1")
-        producer.send(topic, None, key="k2")
-        producer.send(topic, "raw text", key=b"k3", raw=True)
-    consumer = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000, enable_auto_commit=False, group_id=None,
-    )  # fmt: skip
-    try:
-        got = [(m.key, m.value) for _, m in zip(range(3), consumer, strict=False)]
-    finally:
-        consumer.close()
-    assert got == [
-        (b"k1", json.dumps({"a": 1, "s": "é"}, separators=(",", ":")).encode()),
-        (b"k2", None),
-        (b"k3", b"raw text"),
-    ]
-
-
-def _kafka_python_topic(bootstrap: str, partitions: int,
-                        records: list[dict[str, Any]]) -> str:  # fmt: skip
-    """A new topic of ``partitions`` holding ``records`` (``KafkaProducer.send``'s
-    arguments), written by kafka-python."""
-    topic = next(iter(_topics()))
-    ensure_topics(bootstrap, {topic: {}}, partitions=partitions)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for record in records:
-        producer.send(topic, **record)
-    producer.flush()
-    producer.close()
-    return topic
-
-
-def test_topic_reader_reads_kafka_python_records(services: LocalServices) -> None:
-    bootstrap = services.kafka.bootstrap_servers
-    topic = _kafka_python_topic(bootstrap, 2, [
-        {"key": f"k{i}".encode(), "value": json.dumps({"i": i}).encode()} for i in range(20)])
-    with TopicReader(bootstrap, topic) as reader:
-        records = reader.read_to_end(timeout=30)
-    assert sorted(r.json()["i"] for r in records) == list(range(20))
-    assert {r.partition for r in records} <= {0, 1}
-    assert all(r.timestamp_ms > 0 for r in records)
-
-
-def test_topic_reader_resumes_from_the_end_offsets_of_an_earlier_reader(
-    services: LocalServices,
-) -> None:
-    """A reader started where another saw each partition end reads only what came after,
-    even though the broker stamped every record with its own append time."""
-    bootstrap = services.kafka.bootstrap_servers
-    topic = f"appended-{uuid.uuid4().hex[:8]}"
-    ensure_topics(bootstrap, {topic: {"message.timestamp.type": "LogAppendTime"}}, partitions=2)
-    with JsonProducer(bootstrap) as producer:
-        for i in range(6):
-            producer.send(topic, b"%d" % i, raw=True, timestamp_ms=1000)
-    with TopicReader(bootstrap, topic) as reader:
-        ends = reader.end_offsets()
-        assert sum(ends.values()) == 6 and len(reader.read_to_end(timeout=30)) == 6
-    before = time.time() * 1000
-    with JsonProducer(bootstrap) as producer:
-        for i in range(6, 10):
-            producer.send(topic, b"%d" % i, raw=True, timestamp_ms=1000)
-    with TopicReader(bootstrap, topic, offsets=ends) as reader:
-        records = reader.read_to_end(timeout=30)
-    assert sorted(int(r.value or b"") for r in records) == [6, 7, 8, 9]
-    assert all(r.timestamp_ms >= before - 1000 for r in records)  # the broker's time, not 1000
-
-
-def test_topic_reader_reads_the_partitions_it_is_given(services: LocalServices) -> None:
-    bootstrap = services.kafka.bootstrap_servers
-    topic = _kafka_python_topic(bootstrap, 2,
-                                [{"value": b"%d" % i, "partition": i % 2} for i in range(10)])
-    with TopicReader(bootstrap, topic, partitions=[1]) as reader:
-        records = reader.read_to_end(timeout=30)
-    assert sorted(int(r.value or b"") for r in records) == [1, 3, 5, 7, 9]
-    with pytest.raises(KafkaServiceError, match=r"has no partition \[2\]"):
-        TopicReader(bootstrap, topic, partitions=[0, 2])
 
 
 def _two_topics(bootstrap: str, partitions: int,
                 first: dict[str, str] | None = None) -> tuple[str, str]:  # fmt: skip
     """Two new topics, the first with the topic configs ``first``."""
-    one, two = list(_topics())[:2]
+    one, two = list(new_topics())[:2]
     ensure_topics(bootstrap, {one: first or {}, two: {}}, partitions=partitions)
     return one, two
 
@@ -196,13 +88,14 @@ def test_record_sink_flush_fails_for_a_record_the_broker_refuses_then_goes_on(
     assert read_records(bootstrap, other, 1) == [(0, b"k", b"fine")]
 
 
+@pytest.mark.integration
 def test_record_sink_waits_out_a_broker_restart(tmp_path: Path) -> None:
     """Records written while the broker is down are delivered once it is back (within
     the two minutes a record may wait): flush waits, nothing is lost or reordered."""
     broker = KafkaBroker(tmp_path / "kafka", heap="512m").start()
     try:
         bootstrap = broker.bootstrap_servers
-        topic = next(iter(_topics()))
+        topic = next(iter(new_topics()))
         ensure_topics(bootstrap, {topic: {}}, partitions=1)
         sink = RecordSink(SinkSettings(bootstrap))
 

@@ -1,0 +1,79 @@
+"""psmatch.adapters.kafka.reader against a real broker: records written by kafka-python
+(another client), read to the end, from given offsets, from given partitions."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+
+from psmatch.adapters.kafka.admin import ensure_topics
+from psmatch.adapters.kafka.client import KafkaServiceError
+from psmatch.adapters.kafka.producer import JsonProducer
+from psmatch.adapters.kafka.reader import TopicReader
+from psmatch.devservers.services import LocalServices
+from tests.adapters.kafka.topics import new_topics
+
+
+def _kafka_python_topic(bootstrap: str, partitions: int,
+                        records: list[dict[str, Any]]) -> str:  # fmt: skip
+    """A new topic of ``partitions`` holding ``records`` (``KafkaProducer.send``'s
+    arguments), written by kafka-python."""
+    topic = next(iter(new_topics()))
+    ensure_topics(bootstrap, {topic: {}}, partitions=partitions)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for record in records:
+        producer.send(topic, **record)
+    producer.flush()
+    producer.close()
+    return topic
+
+
+def test_topic_reader_reads_kafka_python_records(services: LocalServices) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    topic = _kafka_python_topic(bootstrap, 2, [
+        {"key": f"k{i}".encode(), "value": json.dumps({"i": i}).encode()} for i in range(20)])
+    with TopicReader(bootstrap, topic) as reader:
+        records = reader.read_to_end(timeout=30)
+    assert sorted(r.json()["i"] for r in records) == list(range(20))
+    assert {r.partition for r in records} <= {0, 1}
+    assert all(r.timestamp_ms > 0 for r in records)
+
+
+def test_topic_reader_resumes_from_the_end_offsets_of_an_earlier_reader(
+    services: LocalServices,
+) -> None:
+    """A reader started where another saw each partition end reads only what came after,
+    even though the broker stamped every record with its own append time."""
+    bootstrap = services.kafka.bootstrap_servers
+    topic = f"appended-{uuid.uuid4().hex[:8]}"
+    ensure_topics(bootstrap, {topic: {"message.timestamp.type": "LogAppendTime"}}, partitions=2)
+    with JsonProducer(bootstrap) as producer:
+        for i in range(6):
+            producer.send(topic, b"%d" % i, raw=True, timestamp_ms=1000)
+    with TopicReader(bootstrap, topic) as reader:
+        ends = reader.end_offsets()
+        assert sum(ends.values()) == 6 and len(reader.read_to_end(timeout=30)) == 6
+    before = time.time() * 1000
+    with JsonProducer(bootstrap) as producer:
+        for i in range(6, 10):
+            producer.send(topic, b"%d" % i, raw=True, timestamp_ms=1000)
+    with TopicReader(bootstrap, topic, offsets=ends) as reader:
+        records = reader.read_to_end(timeout=30)
+    assert sorted(int(r.value or b"") for r in records) == [6, 7, 8, 9]
+    assert all(r.timestamp_ms >= before - 1000 for r in records)  # the broker's time, not 1000
+
+
+def test_topic_reader_reads_the_partitions_it_is_given(services: LocalServices) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    topic = _kafka_python_topic(bootstrap, 2,
+                                [{"value": b"%d" % i, "partition": i % 2} for i in range(10)])
+    with TopicReader(bootstrap, topic, partitions=[1]) as reader:
+        records = reader.read_to_end(timeout=30)
+    assert sorted(int(r.value or b"") for r in records) == [1, 3, 5, 7, 9]
+    with pytest.raises(KafkaServiceError, match=r"has no partition \[2\]"):
+        TopicReader(bootstrap, topic, partitions=[0, 2])
