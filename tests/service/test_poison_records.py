@@ -18,7 +18,8 @@ from psmatch.adapters.kafka.admin import ensure_topics, service_topics
 from psmatch.adapters.state import StateStore
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig
-from psmatch.service.records import REJECT_PREFIX_BYTES, SINK_RECORD_LIMIT, parse_rejected
+from psmatch.service.records.common import SINK_RECORD_LIMIT
+from psmatch.service.records.rejected import REJECT_PREFIX_BYTES, parse_rejected
 from tests.service.test_end_to_end import read_topic, running, wait_for_notifications
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -19,39 +19,40 @@ from hypothesis import strategies as st
 from psmatch import make_matcher
 from psmatch.events import MAX_DEPTH, flatten_event
 from psmatch.language.encoding import dump_normal_form
-from psmatch.service import worker
+from psmatch.service import tasks
 from psmatch.service.errors import ConfigError
-from psmatch.service.records import (
+from psmatch.service.records.common import (
     MAX_NESTING,
     NOTIFICATION_OVERHEAD,
     REJECT_CODES,
-    REJECT_PREFIX_BYTES,
     SINK_RECORD_LIMIT,
     RecordError,
     RecordLimits,
-    dumps_record,
-    event_id,
-    load_stored,
     nesting_depth,
+    record_error,
+)
+from psmatch.service.records.events import event_id, parse_event
+from psmatch.service.records.notifications import (
     notification_head,
     notification_tail,
     notification_value,
-    parse_event,
     parse_notification,
+)
+from psmatch.service.records.rejected import (
+    REJECT_PREFIX_BYTES,
     parse_rejected,
-    parse_subscription_record,
-    record_error,
     rejected_key,
     rejected_value,
+)
+from psmatch.service.records.subscriptions import (
+    dumps_record,
+    load_stored,
+    parse_subscription_record,
     subscription_value,
 )
-from psmatch.service.worker import (
-    OUTPUT_SCHEMA,
-    TaskMetrics,
-    WorkerIndex,
-    WorkerSettings,
-    match_rows,
-)
+from psmatch.service.task_contract import OUTPUT_SCHEMA, TaskMetrics, WorkerSettings
+from psmatch.service.tasks import match_rows
+from psmatch.service.worker_index import WorkerIndex
 
 
 def code_of(call: Any, *args: Any) -> str:
@@ -416,15 +417,15 @@ def test_notification_records_are_assembled_a_chunk_at_a_time_as_they_are_taken(
 ) -> None:
     """Two events matching 4 subscriptions each: 8 notifications in chunks of 3, each
     assembled only once the one before it was taken; then the reject."""
-    monkeypatch.setattr(worker, "RECORDS_CHUNK", 3)
+    monkeypatch.setattr(tasks, "RECORDS_CHUNK", 3)
     assembled: list[int] = []
-    records = worker.notification_records
+    records = tasks.notification_records
 
     def counted(*args: Any) -> list[pa.RecordBatch]:
         assembled.append(len(args[2]))
         return records(*args)
 
-    monkeypatch.setattr(worker, "notification_records", counted)
+    monkeypatch.setattr(tasks, "notification_records", counted)
     index = indexed(**{f"s{i}": f"a >= {i}" for i in range(6)})
     rows = [(b"e1", b'{"a": 3}', "ev", 0, 0, 1), (None, b"[", "ev", 0, 1, 2),
             (b"e2", b'{"a": 3}', "ev", 0, 2, 3)]  # fmt: skip
@@ -529,8 +530,10 @@ def test_a_worker_matches_and_writes_its_records_without_loading_pandas() -> Non
 import sys
 from psmatch import make_matcher
 from psmatch.adapters.kafka.sink import topic_runs
-from psmatch.service.records import parse_subscription_record, subscription_value
-from psmatch.service.worker import TaskMetrics, WorkerIndex, WorkerSettings, match_rows
+from psmatch.service.records.subscriptions import parse_subscription_record, subscription_value
+from psmatch.service.task_contract import TaskMetrics, WorkerSettings
+from psmatch.service.tasks import match_rows
+from psmatch.service.worker_index import WorkerIndex
 index = WorkerIndex(make_matcher("psthash"))
 index.put("s1", parse_subscription_record(b"s1", subscription_value("a = 1", "x", {})).stored)
 settings = WorkerSettings("redis://unused", "p:", 10, "psthash", "notif", "rej")

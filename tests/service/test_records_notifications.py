@@ -1,6 +1,8 @@
-"""NotificationHeads: each distinct head stored once by matcher slot, joined with the
-matches' ids and events' tails into notification values (the distinct heads' store
-itself: tests/core/test_slot_ids.py)."""
+"""The notification record's writer: NotificationHeads stores each distinct head once by
+matcher slot and joins them with the matches' ids and the events' tails into notification
+values (the distinct heads' store itself: tests/core/test_slot_ids.py); one value alone
+is written by the same writer; and the compiled writer refuses arguments its loops cannot
+read, by name, never crashing."""
 
 from __future__ import annotations
 
@@ -14,9 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from psmatch.core.slot_bytes import joined
-from psmatch.service import heads as heads_module
-from psmatch.service.heads import NotificationHeads
-from psmatch.service.records import notification_value
+from psmatch.service.records import _notification_writer, notifications
+from psmatch.service.records.notifications import NotificationHeads, notification_value
 
 
 def ids_of(sub_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +98,7 @@ def test_each_distinct_head_is_stored_once_and_dropped_with_its_last_slot() -> N
 
 def test_join_splits_values_past_the_binary_columns_limit(monkeypatch: pytest.MonkeyPatch,
                                                            ) -> None:  # fmt: skip
-    monkeypatch.setattr(heads_module, "MAX_VALUE_BYTES", 85)
+    monkeypatch.setattr(notifications, "MAX_VALUE_BYTES", 85)
     heads = NotificationHeads()
     for slot in range(4):
         heads.put(slot, f',"subscriber":{slot}|')
@@ -115,3 +116,79 @@ def test_an_empty_store_joins_no_matches_into_one_empty_column() -> None:
     none = np.empty(0, dtype=np.int64)
     (column,) = NotificationHeads().join(none, ids_of([]), [b"tail"], none)
     assert column.type == pa.binary() and len(column) == 0
+
+
+def test_one_value_is_what_a_join_writes_for_its_match() -> None:
+    heads = NotificationHeads()
+    heads.put_many(np.arange(2), [',"extra":{},', ',"subscriber":"x","extra":{"k":1},'])
+    tail = b'"event_id":"e","event":{"a":1},"matched_at":"t","event_timestamp":7}'
+    (column,) = heads.join(np.array([0, 1]), ids_of(["s\u00e9\n", "t"]), [tail],
+                           np.array([0, 0]))  # fmt: skip
+    assert column.to_pylist() == [
+        notification_value("s\u00e9\n", ',"extra":{},', tail),
+        notification_value("t", ',"subscriber":"x","extra":{"k":1},', tail)]
+    assert json.loads(column[0].as_py())["subscriber"] == "s\u00e9\n"  # the id, by default
+
+
+def writer_arguments(n: int = 2) -> list[np.ndarray]:
+    """Valid arguments of ``join_notifications`` for ``n`` values of an empty id, head
+    and tail each."""
+    prefix = np.frombuffer(notifications.NOTIFICATION_PREFIX, dtype=np.uint8)
+    key = np.frombuffer(notifications.SUBSCRIBER_KEY, dtype=np.uint8)
+    rows = np.zeros(n, dtype=np.int64)
+    size = len(prefix) + 2
+    return [prefix, np.zeros(n + 1, np.int64), np.zeros(0, np.uint8), key,
+            np.zeros(n, np.bool_), np.zeros(0, np.uint8), rows, rows.copy(),
+            np.zeros(2, np.int64), np.zeros(0, np.uint8), rows.copy(),
+            np.arange(0, n * size, size, dtype=np.int64), np.zeros(n * size, np.uint8)]
+
+
+def test_the_writer_writes_valid_arguments() -> None:
+    args = writer_arguments()
+    _notification_writer.join_notifications(*args)
+    assert bytes(args[-1]) == b'{"subscription_id":""' * 2
+
+
+@pytest.mark.parametrize("position, bad, message", [
+    (1, np.zeros(3, np.int32), "argument 'id_offsets' must be a 1-dimensional array of "
+                               "8-byte signed integer"),
+    (4, np.zeros(2, np.uint8), "argument 'repeat_id' must be a 1-dimensional array of "
+                               "1-byte bool"),
+    (2, np.zeros(4, np.uint8)[::2], "argument 'id_data' must be a C-contiguous array"),
+    (12, np.zeros(46, np.uint8).reshape(2, 23), "argument 'out' must be a 1-dimensional"),
+])  # fmt: skip
+def test_the_writer_refuses_a_column_of_another_type_by_name(
+    position: int, bad: np.ndarray, message: str,
+) -> None:
+    args = writer_arguments()
+    args[position] = bad
+    with pytest.raises(TypeError, match=r"join_notifications\(\): " + message):
+        _notification_writer.join_notifications(*args)
+
+
+def test_the_writer_refuses_a_read_only_output_a_non_array_and_a_wrong_count() -> None:
+    args = writer_arguments()
+    args[-1].flags.writeable = False
+    with pytest.raises(TypeError, match="argument 'out' must be a writable C-contiguous"):
+        _notification_writer.join_notifications(*args)
+    with pytest.raises(TypeError, match="argument 'prefix'"):
+        _notification_writer.join_notifications([1, 2], *writer_arguments()[1:])
+    with pytest.raises(TypeError, match=r"takes 13 arguments \(12 given\)"):
+        _notification_writer.join_notifications(*writer_arguments()[:-1])
+    with pytest.raises(TypeError, match=r"json_string_lengths\(\) takes 3 arguments"):
+        _notification_writer.json_string_lengths(np.zeros(1, np.uint8))
+
+
+def test_the_writer_refuses_lengths_that_disagree() -> None:
+    for position in (4, 7, 10):  # repeat_id, head_hi, tail_rows one short
+        args = writer_arguments()
+        args[position] = args[position][:1]
+        with pytest.raises(ValueError, match=r"join_notifications\(\): .* differ in length"):
+            _notification_writer.join_notifications(*args)
+    args = writer_arguments()
+    args[1] = args[1][:2]  # id_offsets: one row short
+    with pytest.raises(ValueError, match="id_offsets or out_offsets is shorter"):
+        _notification_writer.join_notifications(*args)
+    with pytest.raises(ValueError, match=r"json_string_lengths\(\): offsets is not longer"):
+        _notification_writer.json_string_lengths(np.zeros(0, np.uint8), np.zeros(2, np.int64),
+                                                 np.zeros(2, np.int64))  # fmt: skip

@@ -13,25 +13,31 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from psmatch.service.records import (
+from psmatch.service.records.common import (
     MAX_NESTING,
     REJECT_CODES,
-    REJECT_PREFIX_BYTES,
     SINK_RECORD_LIMIT,
     RecordError,
-    _loads_checked,
-    load_stored,
     loads_bounded,
+    loads_checked,
     nesting_depth,
+)
+from psmatch.service.records.events import parse_event
+from psmatch.service.records.notifications import (
     notification_head,
     notification_tail,
     notification_value,
-    parse_event,
     parse_notification,
+)
+from psmatch.service.records.rejected import (
+    REJECT_PREFIX_BYTES,
     parse_rejected,
-    parse_subscription_record,
     rejected_key,
     rejected_value,
+)
+from psmatch.service.records.subscriptions import (
+    load_stored,
+    parse_subscription_record,
     subscription_value,
 )
 
@@ -143,7 +149,7 @@ def decoded(decode: Any, data: bytes) -> tuple[str, Any]:
 @example(b"1e999")
 def test_the_fast_decoder_agrees_with_the_checked_one(data: bytes) -> None:
     """Which decoder ran never shows: same value, same code, same message."""
-    assert decoded(loads_bounded, data) == decoded(_loads_checked, data)
+    assert decoded(loads_bounded, data) == decoded(loads_checked, data)
 
 
 @SETTINGS

@@ -25,12 +25,14 @@ from psmatch import make_matcher
 from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.state import SourceChange, StateStore
 from psmatch.devservers.services import LocalServices
-from psmatch.service import worker
+from psmatch.service import index_cache
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import prepare
 from psmatch.service.shards import Shard, shard_of
 from psmatch.service.snapshots import SnapshotError, load_snapshot, snapshot_path
-from psmatch.service.worker import ShardMismatchError, TaskMetrics, WorkerSettings, match_batches
+from psmatch.service.task_contract import TaskMetrics, WorkerSettings
+from psmatch.service.tasks import ShardMismatchError, match_batches
+from psmatch.service.worker_index import WorkerIndex
 from tests.service.test_end_to_end import (
     expected_matches,
     random_events,
@@ -90,13 +92,13 @@ EVENTS = [{"a": a, "b": b, "c": c, "s": s} for a in range(0, 21, 4) for b in (0,
 def state(
     services: LocalServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> Iterator[tuple[WorkerSettings, StateStore]]:
-    caplog.set_level(logging.INFO, logger="psmatch.service.worker")
+    caplog.set_level(logging.INFO, logger="psmatch.service")
     with worker_state(services.redis.url, tmp_path, "shard", 500, shards=SHARDS) as state:
         yield state
 
 
 
-def check_shards(indexes: list[worker.WorkerIndex], exprs: dict[str, str]) -> None:
+def check_shards(indexes: list[WorkerIndex], exprs: dict[str, str]) -> None:
     """Each index holds exactly its shard's subscriptions (check() holds), the shards
     partition them all, and the union of their matches is the matches of all."""
     for i, index in enumerate(indexes):
@@ -118,13 +120,13 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
     rng = random.Random(11)
     exprs = random_subscriptions(rng, 150)
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
-    indexes = [worker.sync_index(settings, 150, s) for s in range(SHARDS)]
+    indexes = [index_cache.sync_index(settings, 150, s) for s in range(SHARDS)]
     # each built by replaying the whole change log, its shard's changes kept
     assert all(index.reloads == 1 and index.built_from == "change log" for index in indexes)
     assert all(0 < len(index.matcher) < len(exprs) for index in indexes)
     check_shards(indexes, exprs)
     # one process may hold several shards: one index each
-    assert len(worker._CACHE) == SHARDS
+    assert len(index_cache.INDEXES) == SHARDS
 
     # catch-up: puts, replacements and deletions over every shard
     changes = [put(0, f"sub-{i}", "a = 3") for i in range(0, 30, 3)]
@@ -135,7 +137,7 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
     exprs |= {f"new-{i}": "b < 10" for i in range(10)}
     for i in range(1, 30, 3):
         del exprs[f"sub-{i}"]
-    again = [worker.sync_index(settings, 180, s) for s in range(SHARDS)]
+    again = [index_cache.sync_index(settings, 180, s) for s in range(SHARDS)]
     assert [a is b for a, b in zip(again, indexes, strict=True)] == [True] * SHARDS
     assert all(index.version == 180 and index.replayed == 150 + 30 for index in again)
     check_shards(again, exprs)
@@ -146,8 +148,8 @@ def test_each_shard_index_holds_exactly_its_subscriptions_through_reload_catch_u
                              Shard(s, SHARDS))  # fmt: skip
         assert snap.version == 150
         assert {shard_of(sid, SHARDS) for sid in snap.matcher} == {s}
-    worker._CACHE.clear()  # a new worker process
-    started = [worker.sync_index(settings, 180, s) for s in range(SHARDS)]
+    index_cache.INDEXES.clear()  # a new worker process
+    started = [index_cache.sync_index(settings, 180, s) for s in range(SHARDS)]
     assert all(index.built_from == "snapshot" and index.replayed == 30 for index in started)
     assert "loaded the index snapshot of shard 2 of 3 at version 150" in caplog.text
     check_shards(started, exprs)
@@ -159,15 +161,15 @@ def test_a_snapshot_of_another_shard_or_shard_count_is_ignored(
     settings, store = state
     exprs = random_subscriptions(random.Random(5), 60)
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
-    check_shards([worker.sync_index(settings, 60, s) for s in range(SHARDS)], exprs)
+    check_shards([index_cache.sync_index(settings, 60, s) for s in range(SHARDS)], exprs)
     folder, prefix = settings.snapshot_dir or "", settings.redis_prefix
     zero = snapshot_path(folder, prefix, "psthash", Shard(0, SHARDS))
     # shard 0's snapshot put in the place of shard 1's
     shutil.copy(zero, snapshot_path(folder, prefix, "psthash", Shard(1, SHARDS)))
     with pytest.raises(SnapshotError, match="holds shard 0 of 3, not shard 1 of 3"):
         load_snapshot(folder, prefix, "psthash", Shard(1, SHARDS))
-    worker._CACHE.clear()
-    indexes = [worker.sync_index(settings, 60, s) for s in range(SHARDS)]
+    index_cache.INDEXES.clear()
+    indexes = [index_cache.sync_index(settings, 60, s) for s in range(SHARDS)]
     assert [index.built_from for index in indexes] == ["snapshot", "change log", "snapshot"]
     assert "holds shard 0 of 3, not shard 1 of 3" in caplog.text
     assert "loaded the index snapshot of shard 0 of 3" in caplog.text
@@ -177,11 +179,11 @@ def test_a_snapshot_of_another_shard_or_shard_count_is_ignored(
     shutil.copy(zero, snapshot_path(folder, prefix, "psthash"))
     with pytest.raises(SnapshotError, match="holds shard 0 of 3, not shard 0 of 1"):
         load_snapshot(folder, prefix, "psthash")
-    whole = worker.sync_index(dataclasses.replace(settings, shards=1), 60)
+    whole = index_cache.sync_index(dataclasses.replace(settings, shards=1), 60)
     whole.check()
     assert set(whole.matcher) == set(exprs)
     # the cached indexes of 3 shards went with the change of shard count
-    assert [key[3:] for key in worker._CACHE] == [(1, 0)]
+    assert [(key.shards, key.shard) for key in index_cache.INDEXES] == [(1, 0)]
 
 
 def test_a_task_handed_events_of_another_shard_refuses_them(

@@ -17,7 +17,9 @@ from psmatch.devservers.services import LocalServices
 from psmatch.language import parse_subscription
 from psmatch.language.encoding import dump_normal_form
 from psmatch.service import subscriptions
-from psmatch.service.records import DEFAULT_LIMITS, dumps_record, parse_rejected
+from psmatch.service.records.common import DEFAULT_LIMITS
+from psmatch.service.records.rejected import parse_rejected
+from psmatch.service.records.subscriptions import dumps_record
 from psmatch.service.subscriptions import APPLIED_SCHEMA, apply_batches, gather, validate_records
 from tests.service.worker_state import worker_state
 

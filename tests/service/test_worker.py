@@ -29,18 +29,19 @@ from psmatch.devservers.process import free_port
 from psmatch.devservers.services import LocalServices
 from psmatch.language import Subscription
 from psmatch.scan import ScanMatcher
-from psmatch.service import records, worker
-from psmatch.service.heads import NotificationHeads
+from psmatch.service import index_cache, tasks, worker_index
 from psmatch.service.job import BatchReport
-from psmatch.service.records import (
-    RecordError,
+from psmatch.service.records import subscriptions as subscription_records
+from psmatch.service.records.common import RecordError
+from psmatch.service.records.notifications import NotificationHeads, parse_notification
+from psmatch.service.records.rejected import parse_rejected
+from psmatch.service.records.subscriptions import (
     dumps_record,
-    parse_notification,
-    parse_rejected,
     parse_subscription_record,
     subscription_value,
 )
-from psmatch.service.worker import SAMPLE_CHARS, TaskMetrics, WorkerSettings, match_batches
+from psmatch.service.task_contract import SAMPLE_CHARS, TaskMetrics, WorkerSettings
+from psmatch.service.tasks import match_batches
 from tests.service.worker_state import put
 
 
@@ -91,14 +92,14 @@ def state(services: LocalServices) -> Iterator[tuple[WorkerSettings, StateStore]
                               matcher="psthash", notifications_topic="n", rejected_topic="r")
     store = StateStore.from_url(services.redis.url, prefix, 100)
     yield settings, store
-    worker._CACHE.clear()
+    index_cache.INDEXES.clear()
     store.clear()
 
 
 EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
 
 
-def matches(index: worker.WorkerIndex) -> list[set[object]]:
+def matches(index: worker_index.WorkerIndex) -> list[set[object]]:
     index.matcher.check()
     return index.matcher.match_batch(EVENTS)
 
@@ -107,6 +108,13 @@ def expected(exprs: dict[str, str]) -> list[set[object]]:
     scan = make_matcher("scan")
     scan.add_many(exprs.items())
     return scan.match_batch(EVENTS)
+
+
+def load_in_chunks_of(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """LOAD_CHUNK set to ``size`` where the index files its chunks and where the cache
+    reads the state and the change log."""
+    monkeypatch.setattr(worker_index, "LOAD_CHUNK", size)
+    monkeypatch.setattr(index_cache, "LOAD_CHUNK", size)
 
 
 class Calls:
@@ -138,7 +146,7 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     store.rebuild({sid: dumps_record(e, "who", {}) for sid, e in exprs.items()}
                   | {"bad-json": "{", "bad-expr": dumps_record("a <", "who", {})})
     calls = Calls(monkeypatch, settings.matcher)
-    index = worker.sync_index(settings, 1)
+    index = index_cache.sync_index(settings, 1)
     assert (calls.add, calls.add_many) == (0, 1) and index.built_from == "subscriptions"
     index.check()
     assert set(index.matcher) == set(exprs)
@@ -151,7 +159,7 @@ def test_reload_and_catch_up_are_bulk_and_leave_out_only_bad_stored_records(
     store.apply(changes)
     exprs |= {"s1": "a = 5", "new": "a < 2"}
     del exprs["s2"], exprs["s3"]
-    same = worker.sync_index(settings, 7)
+    same = index_cache.sync_index(settings, 7)
     assert same is index and index.version == 7 and index.reloads == 1
     assert (calls.add, calls.add_many) == (0, 2)
     index.check()
@@ -167,17 +175,17 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     replays its 150 changes, read and applied 20 at a time, instead of reading every
     subscription again, and logs its progress (here after every group)."""
     settings, store = state
-    monkeypatch.setattr(worker, "LOAD_CHUNK", 20)
-    monkeypatch.setattr(worker, "PROGRESS_SECONDS", 0.0)
+    load_in_chunks_of(monkeypatch, 20)
+    monkeypatch.setattr(index_cache, "PROGRESS_SECONDS", 0.0)
     exprs = {f"s{i}": f"a >= {i % 5}" for i in range(30)}
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())])
-    index = worker.sync_index(settings, 30)
+    index = index_cache.sync_index(settings, 30)
     batch = {30 + i: (f"s{i % 90}", f"b = '{'xy'[i % 2]}' and a < {i % 6}") for i in range(150)}
     store.apply([put(offset, sid, e) for offset, (sid, e) in batch.items()])
     exprs |= dict(batch.values())
     calls = Calls(monkeypatch, settings.matcher)
-    caplog.set_level(logging.INFO, logger=worker.log.name)
-    same = worker.sync_index(settings, 180)
+    caplog.set_level(logging.INFO, logger="psmatch.service")
+    same = index_cache.sync_index(settings, 180)
     # its first load replayed the log's first 30 changes (a fresh worker, the log whole)
     assert same is index and index.reloads == 1 and index.replayed == 30 + 150
     assert calls.add_many == 8  # a bulk add per group: 150 = 7 * 20 + 10
@@ -186,12 +194,12 @@ def test_a_batch_of_more_changes_than_the_retention_is_replayed_a_chunk_at_a_tim
     assert progress[0] == ("shard 0 of 1: replayed 20 of the 150 changes after version 30 "
                            "(now at 50)")  # fmt: skip
     assert progress[-1].endswith("replayed 150 of the 150 changes after version 30 (now at 180)")
-    monkeypatch.setattr(worker, "PROGRESS_SECONDS", 3600.0)  # a shorter catch-up: its end only
+    monkeypatch.setattr(index_cache, "PROGRESS_SECONDS", 3600.0)  # a shorter catch-up: its end only
     caplog.clear()
     more = {180 + i: (f"s{i}", f"a = {i}") for i in range(50)}
     store.apply([put(offset, sid, e) for offset, (sid, e) in more.items()])
     exprs |= dict(more.values())
-    assert worker.sync_index(settings, 230) is index
+    assert index_cache.sync_index(settings, 230) is index
     assert [r.getMessage() for r in caplog.records if "replayed" in r.getMessage()] == [
         "shard 0 of 1: replayed 50 of the 50 changes after version 180 (now at 230)"]
     index.check()
@@ -205,9 +213,9 @@ def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
     """The changes a catch-up reads live until their group is applied, so the collector
     stays off throughout (psmatch.core.heap.gc_paused), and on again after."""
     settings, store = state
-    monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
+    load_in_chunks_of(monkeypatch, 7)
     store.apply([put(0, "s0", "a = 1")])
-    index = worker.sync_index(settings, 1)
+    index = index_cache.sync_index(settings, 1)
     store.apply([put(i, f"s{i}", f"a >= {i % 5}") for i in range(1, 31)])
     collector_on: list[bool] = []
     change_chunks = StateStore.change_chunks
@@ -219,7 +227,7 @@ def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
 
     monkeypatch.setattr(StateStore, "change_chunks", watched)
     assert gc.isenabled()
-    same = worker.sync_index(settings, 31)
+    same = index_cache.sync_index(settings, 31)
     assert same is index and index.replayed == 1 + 30
     assert collector_on == [False] * 5 and gc.isenabled()
     index.check()
@@ -242,24 +250,25 @@ def test_a_catch_up_loads_each_normal_form_from_the_log_and_parses_nothing(
     one by one, and is left out."""
     settings, store = state
     store.apply([put(0, "old", "a = 9")])
-    index = worker.sync_index(settings, 1)
+    index = index_cache.sync_index(settings, 1)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
     logs = [logged(offset, sid, expr) for offset, (sid, expr) in enumerate(exprs.items(), 1)]
     store.apply(logs[:20])
     parsed: list[str] = []
     one_by_one: list[str] = []
-    parse, load_form = records.parse_subscription, records.load_normal_form
-    monkeypatch.setattr(records, "parse_subscription",
+    parse = subscription_records.parse_subscription
+    load_form = subscription_records.load_normal_form
+    monkeypatch.setattr(subscription_records, "parse_subscription",
                         lambda text: parsed.append(text) or parse(text))
-    monkeypatch.setattr(records, "load_normal_form",
+    monkeypatch.setattr(subscription_records, "load_normal_form",
                         lambda text, form: one_by_one.append(text) or load_form(text, form))
-    assert worker.sync_index(settings, 21) is index and index.replayed == 1 + 20
+    assert index_cache.sync_index(settings, 21) is index and index.replayed == 1 + 20
     assert parsed == one_by_one == []
 
     malformed = SourceChange("subs:0", 32, "old", dumps_record("a = 1", "who", {}),
                              '[[["a",0,["1",true,1,true]]]]')  # fmt: skip
     store.apply([*logs[20:], put(31, "parsed", "b = 'y'"), malformed])
-    same = worker.sync_index(settings, 33)
+    same = index_cache.sync_index(settings, 33)
     assert same is index and index.replayed == 1 + 32
     assert parsed == ["b = 'y'"] and len(one_by_one) == 10 + 1
     index.check()
@@ -277,7 +286,7 @@ def test_a_fresh_worker_replays_the_whole_change_log_while_it_holds_every_change
     a trimmed log) it reads every live subscription and parses it."""
     settings, store = state
     parsed: list[str] = []
-    parse = records.parse_subscription
+    parse = subscription_records.parse_subscription
 
     def counted(text: str) -> Subscription:
         parsed.append(text)
@@ -288,8 +297,8 @@ def test_a_fresh_worker_replays_the_whole_change_log_while_it_holds_every_change
     store.apply([logged(30, "s0", "a = 5"), SourceChange("subs:0", 31, "s1", None)])
     exprs["s0"] = "a = 5"
     del exprs["s1"]
-    monkeypatch.setattr(records, "parse_subscription", counted)
-    index = worker.sync_index(settings, 32)
+    monkeypatch.setattr(subscription_records, "parse_subscription", counted)
+    index = index_cache.sync_index(settings, 32)
     assert (index.built_from, index.version, index.replayed) == ("change log", 32, 32)
     assert parsed == []
     index.check()
@@ -298,9 +307,9 @@ def test_a_fresh_worker_replays_the_whole_change_log_while_it_holds_every_change
     # churn: 29 live subscriptions, 32 + 40 changes, more than 2 per live one
     store.apply([logged(32 + i, f"s{i % 10 + 2}", f"a < {i % 4}") for i in range(40)])
     exprs |= {f"s{i % 10 + 2}": f"a < {i % 4}" for i in range(40)}
-    worker._CACHE.clear()  # a new worker process
+    index_cache.INDEXES.clear()  # a new worker process
     parsed.clear()
-    index = worker.sync_index(settings, 72)
+    index = index_cache.sync_index(settings, 72)
     assert (index.built_from, index.version) == ("subscriptions", 72)
     assert sorted(parsed) == sorted(exprs.values())
     assert matches(index) == expected(exprs)
@@ -310,9 +319,9 @@ def test_a_fresh_worker_replays_the_whole_change_log_while_it_holds_every_change
     store.retention = 10
     store.apply([logged(i, f"t{i}", "b = 'x'") for i in range(15)])
     store.apply([logged(15 + i, f"t{i}", "b = 'y'") for i in range(15)])
-    worker._CACHE.clear()
+    index_cache.INDEXES.clear()
     parsed.clear()
-    index = worker.sync_index(settings, 30)
+    index = index_cache.sync_index(settings, 30)
     assert (index.built_from, len(parsed)) == ("subscriptions", 15)
     assert matches(index) == expected({f"t{i}": "b = 'y'" for i in range(15)})
 
@@ -324,19 +333,19 @@ def test_a_reload_drops_the_old_index_first(
     index and the new one at once: the old one is freed before the new one is built."""
     settings, store = state
     store.apply([put(i, f"s{i}", "a = 1") for i in range(10)])
-    old = weakref.ref(worker.sync_index(settings, 10))
+    old = weakref.ref(index_cache.sync_index(settings, 10))
     for start in (10, 120):  # two batches of 110 changes: the log keeps the second only
         store.apply([put(i, f"s{i % 40}", f"a = {i % 3}") for i in range(start, start + 110)])
     old_alive: list[bool] = []
-    build_index = worker.build_index
+    build_index = index_cache.build_index
 
-    def observed(*args: Any) -> worker.WorkerIndex:
+    def observed(*args: Any) -> worker_index.WorkerIndex:
         gc.collect()
         old_alive.append(old() is not None)
         return build_index(*args)
 
-    monkeypatch.setattr(worker, "build_index", observed)
-    new = worker.sync_index(settings, 230)
+    monkeypatch.setattr(index_cache, "build_index", observed)
+    new = index_cache.sync_index(settings, 230)
     assert old_alive == [False] and new.reloads == 2 and new.version == 230
     new.check()
     assert matches(new) == expected({f"s{i % 40}": f"a = {i % 3}" for i in range(10, 230)})
@@ -349,7 +358,7 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     writes each chunk's notification heads into their columns (so a bulk build's working
     memory is a chunk's); HSCAN may give a key twice, in other chunks: the last text read
     stands."""
-    monkeypatch.setattr(worker, "LOAD_CHUNK", 7)
+    load_in_chunks_of(monkeypatch, 7)
     written: list[int] = []
     put_many = NotificationHeads.put_many
 
@@ -360,7 +369,7 @@ def test_a_reload_builds_in_chunks_and_an_id_read_twice_keeps_its_last_text(
     monkeypatch.setattr(NotificationHeads, "put_many", counted)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(40)}
     calls = Calls(monkeypatch, "psthash")
-    index = worker.WorkerIndex(make_matcher("psthash"))
+    index = worker_index.WorkerIndex(make_matcher("psthash"))
     index.load([(sid, dumps_record(e, "who", {}), None) for sid, e in exprs.items()]
                + [("s3", dumps_record("a = 1", "who", {}), None)])  # fmt: skip
     exprs["s3"] = "a = 1"
@@ -400,7 +409,7 @@ def test_a_reload_ends_at_the_state_that_the_log_reaches_whatever_changed_while_
     settings, store = state
     settings = dataclasses.replace(settings, retention=retention)
     store.retention = retention
-    monkeypatch.setattr(worker, "LOAD_CHUNK", 4)
+    load_in_chunks_of(monkeypatch, 4)
     exprs = {f"s{i}": f"a >= {i % 5} and b = '{'xy'[i % 2]}'" for i in range(30)}
     # rebuilt, at version 1: the log does not reach back to the empty state
     store.rebuild({sid: dumps_record(e, "who", {}) for sid, e in exprs.items()})
@@ -408,8 +417,8 @@ def test_a_reload_ends_at_the_state_that_the_log_reaches_whatever_changed_while_
               put(32, "late", "b = 'x'"), SourceChange("subs:0", 33, "s1", None),
               put(34, "s1", "a < 2")]  # fmt: skip
     scan_with_writes(store, monkeypatch, 10, writes)
-    caplog.set_level(logging.INFO, logger=worker.log.name)
-    index = worker.sync_index(settings, 6)
+    caplog.set_level(logging.INFO, logger="psmatch.service")
+    index = index_cache.sync_index(settings, 6)
     exprs |= {"s0": "a = 5", "late": "b = 'x'", "s1": "a < 2"}
     del exprs["s29"]
     index.check()
@@ -438,11 +447,11 @@ def test_when_add_many_raises_the_culprit_is_found_and_left_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     settings, store = state
-    monkeypatch.setattr(worker, "make_matcher", lambda name: FaultyMatcher())
+    monkeypatch.setattr(index_cache, "make_matcher", lambda name: FaultyMatcher())
     exprs = {f"s{i}": f"a > {i % 4}" for i in range(10)}
     store.apply([put(i, sid, e) for i, (sid, e) in enumerate(exprs.items())]
                 + [put(10, "boom", "boom = 1")])  # fmt: skip
-    index = worker.sync_index(settings, 11)
+    index = index_cache.sync_index(settings, 11)
     index.check()
     assert set(index.matcher) == set(exprs)
     assert matches(index) == expected(exprs)
@@ -451,7 +460,7 @@ def test_when_add_many_raises_the_culprit_is_found_and_left_out(
     # the same bug during a catch-up: the half-updated index is dropped for a reload
     store.apply([put(11, "s0", "b = 'y'"), put(12, "boom2", "boom = 2")])
     exprs["s0"] = "b = 'y'"
-    again = worker.sync_index(settings, 13)
+    again = index_cache.sync_index(settings, 13)
     assert again is not index and again.reloads == 2 and again.version == 13
     again.check()
     assert set(again.matcher) == set(exprs)
@@ -488,7 +497,7 @@ def test_a_task_writes_its_notifications_and_rejects_and_returns_no_rows(
         "topic": ["ev"] * 3, "partition": [0] * 3, "offset": [0, 1, 2], "ts": [0] * 3,
     })  # fmt: skip
     reported: list[TaskMetrics] = []
-    rows = worker.match_and_write(settings, SinkSettings(bootstrap), 2, iter([batch]),
+    rows = tasks.match_and_write(settings, SinkSettings(bootstrap), 2, iter([batch]),
                                   reported.append)  # fmt: skip
     assert list(rows) == []
     (metrics,) = reported
@@ -516,6 +525,6 @@ def test_a_record_kafka_refuses_fails_the_task(
     })  # fmt: skip
     reported: list[TaskMetrics] = []
     with pytest.raises(KafkaServiceError, match="1 output records were not written"):
-        worker.match_and_write(settings, SinkSettings(bootstrap, compression="none"), 1,
+        tasks.match_and_write(settings, SinkSettings(bootstrap, compression="none"), 1,
                                iter([batch]), reported.append)  # fmt: skip
     assert reported == []  # the task failed: Spark runs it again

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from psmatch.adapters.state import SourceChange, StateStore
-from psmatch.service import worker
-from psmatch.service.records import dumps_record
-from psmatch.service.worker import WorkerSettings
+from psmatch.service import index_cache
+from psmatch.service.records.subscriptions import dumps_record
+from psmatch.service.task_contract import WorkerSettings
 
 
 @contextlib.contextmanager
@@ -28,11 +28,11 @@ def worker_state(redis_url: str, tmp_path: Path, name: str, retention: int,
         **settings,
     )  # fmt: skip
     store = StateStore.from_url(redis_url, prefix, retention)
-    worker._CACHE.clear()
+    index_cache.INDEXES.clear()
     try:
         yield worker_settings, store
     finally:
-        worker._CACHE.clear()
+        index_cache.INDEXES.clear()
         store.clear()
 
 

@@ -2,23 +2,33 @@
 worker that starts (or falls behind the change log) loads it and replays the change log
 from the snapshot's version instead of parsing every subscription again.
 
-Owns the snapshot file format. One file per (Redis key prefix, matcher kind, shard of
-shard count, see :mod:`psmatch.service.shards`), in a directory every executor reaches (see
-``snapshot_dir`` in :mod:`psmatch.service.job`)::
+Owns the snapshot file: its name, header, claims and checks; the payload is
+:mod:`psmatch.service.snapshot_codec`'s. One file per (Redis key prefix, matcher kind,
+shard of shard count, see :mod:`psmatch.service.shards`), in a directory every executor
+reaches (see ``snapshot_dir`` in :mod:`psmatch.service.job`)::
 
     <dir>/<sha256(prefix)[:16]>-<matcher>-<shard>of<shards>.snapshot
 
-    {"format": "psmatch-index-snapshot", "format_version": 5, "index_code": <sha256 of
-     the index package's source>, "prefix_sha256": <sha256 of the Redis key prefix>,
-     "matcher": ..., "shard": i, "shards": n,
-     "version": <state version>, "last_change": <sha256 of the change at that version>,
-     "payload_bytes": n, "payload_sha256": ...}<spaces up to 4095 bytes>\\n
-    <payload: pickle of (matcher, heads)>
+    {"format": "psmatch-index-snapshot", "format_version": 9,
+     "code": {<module>: <sha256 of its source>, ..., "psmatch/core/**/*.[ch]": <sha256>},
+     "prefix_sha256": <sha256 of the Redis key prefix>, "matcher": ..., "shard": i,
+     "shards": n, "version": <state version>, "last_change": <sha256 of the change at
+     that version>, "description_bytes": d, "payload_bytes": n,
+     "payload_sha256": ...}<spaces up to 16383 bytes>\n
+    <payload: the codec's JSON description of the graph (matcher, heads) (d bytes), then
+     its numpy buffers, each at a file offset aligned to 64 bytes>
 
-The payload is streamed to and from the file (the header line is reserved first and
-filled in once the payload's size and checksum are known), so neither writing nor
-loading holds a second copy of the index in memory: a worker's peak stays near its
-index's size.
+``code`` names exactly the code the payload's layout depends on
+(:func:`psmatch.service.snapshot_codec.code_digests`): the modules of the classes stored
+and of their psmatch bases, and the core's C sources. A snapshot whose ``code`` differs
+from the running code's is refused (the worker rebuilds); a change to any other module
+leaves it valid. The format version counts changes of this file's layout and of the
+codec's.
+
+The payload is streamed to the file (the header line is reserved first and filled in
+once the payload's size and checksum are known) from the index's own arrays, and read
+back straight into new arrays, checksummed on the way: neither writing nor loading holds
+a second copy of the index in memory, so a worker's peak stays near its index's size.
 
 A snapshot is written to a temporary file in the same directory and renamed over the
 previous one (atomic on POSIX), so readers never see half a file. A writer first claims
@@ -27,23 +37,30 @@ decide to write at the same time (they catch up together) write it once, and a c
 left by a writer that died is taken over once it is :data:`CLAIM_STALE_SECONDS` old.
 
 :func:`load_snapshot` trusts nothing: a missing, truncated or corrupt file, another
-format version, a snapshot written by other index code (the pickle holds the matcher's
-internals, whose layout changes with the code), another prefix, matcher kind, shard or
-shard count, or a payload whose size or SHA-256 differs from the header is a
-:class:`SnapshotError` (the caller ignores it and reloads from Redis); a stale snapshot
-(newer than the state, or older than the change log reaches) is the caller's to detect
-from its ``version``. The checksum detects corruption, not forgery: the payload is a
-pickle, so the directory must be writable by the service's user only.
+format version, a snapshot of other code, another prefix, matcher kind, shard or shard
+count, a payload whose size or SHA-256 differs from the header, or one the codec refuses
+is a :class:`SnapshotError` (the caller ignores it and reloads from Redis); a stale
+snapshot (newer than the state, or older than the change log reaches) is the caller's to
+detect from its ``version``.
+
+Threat model: whoever can write the snapshot directory cannot run code in a worker
+through it. Loading executes no pickle, marshal or eval: the codec instantiates only
+classes of psmatch modules the worker has imported, sets their attributes, and checks
+every size against the file's before allocating, whatever the bytes. The checksum is not
+a signature, though: such a writer can forge a consistent file, and so make a worker
+load a wrong index: wrong matches, or arrays that break invariants the compiled loops
+trust without checking them, which can crash the worker. Keep the directory writable by
+the service's user alone to be sure of the index; the checksum protects against
+corruption and truncation, the header against another state's, shard's or code's
+snapshot.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
-import pickle
 import tempfile
 import time
 from collections.abc import Iterator
@@ -51,40 +68,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import psmatch
-from psmatch import Matcher
+from psmatch import Matcher, make_matcher
 from psmatch.adapters.state import Change
 from psmatch.errors import PsmatchError
-from psmatch.service.heads import NotificationHeads
+from psmatch.service.records.notifications import NotificationHeads
 from psmatch.service.shards import WHOLE, Shard
+from psmatch.service.snapshot_codec import (
+    DecodeError,
+    Decoder,
+    StaleCodeError,
+    check_code,
+    code_digests,
+    encode,
+)
 
 FORMAT = "psmatch-index-snapshot"
-FORMAT_VERSION = 8
-MAX_HEADER_BYTES = 4096
-"""The header line's length, newline included (padded with spaces)."""
-CHUNK_BYTES = 8 << 20
-"""Read at a time while the payload's checksum is checked."""
+FORMAT_VERSION = 9
+MAX_HEADER_BYTES = 16384
+"""The header line's length, newline included (padded with spaces): a multiple of the
+codec's alignment, so that the payload's buffers are aligned in the file too."""
 CLAIM_STALE_SECONDS = 600.0
 """Age after which a writer's claim on a snapshot is taken to be a dead writer's: a
 snapshot of 1M PSTHash subscriptions takes a few seconds to write."""
-
-
-@functools.cache
-def index_code_digest() -> str:
-    """:func:`source_digest` of the ``index`` package: a snapshot is only loaded by the
-    code that pickled it. Computed once per process."""
-    return source_digest(Path(psmatch.__file__).parent)
-
-
-def source_digest(root: Path) -> str:
-    """SHA-256 of the source under ``root``: every ``.py`` and ``.c`` file, by relative
-    path. The C counts as much as the Python: its loops compute what the pickled columns
-    hold (the id table's hashes, for one)."""
-    digest = hashlib.sha256()
-    for path in sorted(path for pattern in ("*.py", "*.c") for path in root.rglob(pattern)):
-        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 class SnapshotError(PsmatchError):
@@ -133,16 +138,20 @@ def save_snapshot(
     of that shard; returns its path, or ``None`` when another writer holds the claim on
     it (it is writing one: see the module docstring).
 
-    Cost: one pickle of the matcher, streamed to the file (its numpy columns are written
-    as they are) and checksummed on the way; the file is about
-    ``matcher.stats().estimated_bytes`` plus the ids and heads (0.5 s of CPU for 138 MiB,
-    300,000 BE-Gen PSTHash subscriptions).
+    Cost: one walk of the matcher's objects (a few thousand for a PS-Tree family,
+    whatever its size; one per subscription's parts for ``scan`` and the baselines), then
+    its arrays written as they are and checksummed on the way; the file is about
+    ``matcher.stats().estimated_bytes`` plus the ids and heads (``bench/bench_snapshots.py``
+    measures it). :class:`psmatch.service.snapshot_codec.EncodeError` if the matcher holds
+    an object the codec does not store (a bug of the index code).
     """
     path = snapshot_path(directory, prefix, matcher.name, shard)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _claim(path) as claimed:
         if not claimed:
             return None
+        encoded = encode((matcher, heads))
+        code = code_digests(encoded.classes)
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as out:
@@ -150,16 +159,18 @@ def save_snapshot(
                 # written: its line is reserved first, padded, and filled in at the end
                 out.write(b" " * (MAX_HEADER_BYTES - 1) + b"\n")
                 payload = _HashingWriter(out)
-                pickle.dump((matcher, heads), payload, protocol=pickle.HIGHEST_PROTOCOL)
+                encoded.write(payload)
                 header = json.dumps({
-                    "format": FORMAT, "format_version": FORMAT_VERSION,
-                    "index_code": index_code_digest(), "prefix_sha256": _digest(prefix),
-                    "matcher": matcher.name, "shard": shard.number, "shards": shard.count,
+                    "format": FORMAT, "format_version": FORMAT_VERSION, "code": code,
+                    "prefix_sha256": _digest(prefix), "matcher": matcher.name,
+                    "shard": shard.number, "shards": shard.count,
                     "version": version, "last_change": last_change,
+                    "description_bytes": len(encoded.description),
                     "payload_bytes": payload.size,
                     "payload_sha256": payload.sha256.hexdigest(),
                 }, sort_keys=True).encode("utf-8")  # fmt: skip
-                assert len(header) < MAX_HEADER_BYTES, "every header field is of bounded length"
+                # bounded: digests, the matcher's name and a module list of the code
+                assert len(header) < MAX_HEADER_BYTES, "the header outgrew its line"
                 out.seek(0)
                 out.write(header.ljust(MAX_HEADER_BYTES - 1))
             os.replace(tmp, path)
@@ -237,6 +248,19 @@ class _HashingWriter:
         return self.out.write(data)
 
 
+class _HashingReader:
+    """A binary file's reader that also checksums what it reads."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.sha256 = hashlib.sha256()
+
+    def readinto(self, buffer: Any) -> int:
+        read = self.file.readinto(buffer)  # type: ignore[attr-defined]
+        self.sha256.update(memoryview(buffer)[:read])
+        return read
+
+
 def _state(header: dict[str, Any], path: Path) -> tuple[int, str | None]:
     """The state version and ``last_change`` a snapshot's header names;
     :class:`SnapshotError` unless the version is a non-negative int and the last change a
@@ -250,7 +274,8 @@ def _state(header: dict[str, Any], path: Path) -> tuple[int, str | None]:
 
 def _header(line: bytes, path: Path, prefix: str, matcher: str, shard: Shard) -> dict[str, Any]:
     """The header of the snapshot at ``path`` if it is one of ``matcher`` holding ``shard``
-    for ``prefix``, written by this index code; else :class:`SnapshotError`."""
+    for ``prefix``, of the code running (each module its ``code`` names as it is now);
+    else :class:`SnapshotError`."""
     try:
         header = json.loads(line) if line.endswith(b"\n") else None
     except ValueError:
@@ -260,8 +285,11 @@ def _header(line: bytes, path: Path, prefix: str, matcher: str, shard: Shard) ->
     if header.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"{path} has format version {header.get('format_version')!r}, "
                             f"this service reads {FORMAT_VERSION}")  # fmt: skip
-    if header.get("index_code") != index_code_digest():
-        raise SnapshotError(f"{path} was written by another version of the index code")
+    try:
+        check_code(header.get("code"))
+    except DecodeError as exc:
+        raise SnapshotError(f"{path} was written by another version of the index code "
+                            f"({exc})") from None
     same_prefix = header.get("prefix_sha256") == _digest(prefix)
     if not same_prefix or header.get("matcher") != matcher:
         raise SnapshotError(
@@ -282,8 +310,9 @@ def load_snapshot(
     :class:`SnapshotError` if there is none or it is not exactly what
     :func:`save_snapshot` wrote for them.
 
-    Cost: one read and one SHA-256 of the file in chunks of :data:`CHUNK_BYTES`, then
-    one unpickle streamed from it (no copy of the file in memory).
+    Cost: one read of the file, its arrays straight into new numpy arrays (no copy of
+    the file in memory), and one SHA-256 of it on the way; then the objects the
+    description names are created.
     """
     path = snapshot_path(directory, prefix, matcher, shard)
     try:
@@ -292,23 +321,32 @@ def load_snapshot(
         raise SnapshotError(f"no snapshot at {path}: {exc.strerror}") from None
     with file:
         header = _header(file.readline(MAX_HEADER_BYTES), path, prefix, matcher, shard)
-        start = file.tell()
-        checksum, size = hashlib.sha256(), 0
-        chunk = bytearray(CHUNK_BYTES)  # one buffer reused: a read never holds two chunks
-        while read := file.readinto(chunk):
-            checksum.update(memoryview(chunk)[:read])
-            size += read
-        del chunk
-        if size != header.get("payload_bytes") or checksum.hexdigest() != header.get(
-                "payload_sha256"):  # fmt: skip
-            raise SnapshotError(f"{path} is corrupt (its size or checksum differs from its "
-                                "header)")  # fmt: skip
         version, last_change = _state(header, path)
-        # the open file still holds what was checked: a newer snapshot is another file,
-        # renamed over this one's name
-        file.seek(start)
-        loaded, heads = pickle.load(file)
-    if (not isinstance(loaded, Matcher) or loaded.name != matcher
-            or not isinstance(heads, NotificationHeads)):
+        size, described = header.get("payload_bytes"), header.get("description_bytes")
+        if (type(size) is not int or type(described) is not int or not 0 <= described <= size
+                or file.tell() + size != os.fstat(file.fileno()).st_size):  # fmt: skip
+            raise SnapshotError(f"{path} is corrupt (its size differs from its header)")
+        make_matcher(matcher)  # imports the matcher's modules: the codec imports none
+        reader = _HashingReader(file)
+        try:
+            description = bytearray(described)
+            if file.readinto(description) != described:
+                raise DecodeError("the file ends inside the description")
+            reader.sha256.update(description)
+            decoder = Decoder(bytes(description), size)
+            del description
+            decoder.read_buffers(reader, described)
+            if reader.sha256.hexdigest() != header.get("payload_sha256"):
+                raise SnapshotError(f"{path} is corrupt (its checksum differs from its "
+                                    "header)")  # fmt: skip
+            loaded = decoder.build()
+        except StaleCodeError as exc:
+            raise SnapshotError(f"{path} was written by another version of the index code "
+                                f"({exc})") from None
+        except DecodeError as exc:
+            raise SnapshotError(f"{path} is corrupt or foreign: {exc}") from None
+    held = loaded if type(loaded) is tuple and len(loaded) == 2 else (None, None)
+    if not isinstance(held[0], Matcher) or held[0].name != matcher or not isinstance(
+            held[1], NotificationHeads):  # fmt: skip
         raise SnapshotError(f"{path} does not hold a {matcher!r} matcher and its heads")
-    return Snapshot(version, loaded, heads, last_change)
+    return Snapshot(version, held[0], held[1], last_change)

@@ -36,15 +36,11 @@ import pyarrow as pa
 
 from psmatch.adapters.arrow import record_batch
 from psmatch.adapters.state import SourceChange, StateStore
-from psmatch.service.records import (
-    RecordError,
-    RecordLimits,
-    parse_subscription_record,
-    record_error,
-    rejected_key,
-    rejected_value,
-)
-from psmatch.service.worker import MAX_SAMPLES, WorkerSettings, reject_sample, state_store
+from psmatch.service.connections import state_store
+from psmatch.service.records.common import RecordError, RecordLimits, record_error
+from psmatch.service.records.rejected import rejected_key, rejected_value
+from psmatch.service.records.subscriptions import parse_subscription_record
+from psmatch.service.task_contract import MAX_SAMPLES, WorkerSettings, reject_sample
 
 APPLIED_SCHEMA = pa.schema([
     ("records", pa.int64()), ("applied", pa.int64()), ("validate_s", pa.float64()),
