@@ -1,7 +1,7 @@
 """What notification records cost the service's writer in CPU, and how much room they
 take in the broker's log, per sink codec.
 
-A script, not a test. Starts its own Kafka broker (``psmatch.devservers.local``), generates
+A script, not a test. Starts its own Kafka broker (``psmatch.devservers.services``), generates
 BE-Gen events with ``python -m psmatch.begen``, builds the notification records the
 service would write for them (``--per-event`` matches per event, heads of distinct
 subscriptions, :mod:`psmatch.service.records`), writes the same records to one new topic per
@@ -39,14 +39,13 @@ from docsection import replace_section  # noqa: E402 - beside this script
 from psmatch.adapters.kafka.admin import ensure_topics  # noqa: E402
 from psmatch.adapters.kafka.sink import RecordSink, SinkSettings  # noqa: E402
 from psmatch.devservers.services import release_shared_services, shared_services  # noqa: E402
-from psmatch.service.records import (  # noqa: E402
-    dumps_record,
-    load_stored,
+from psmatch.service.records.notifications import (  # noqa: E402
     notification_head,
     notification_tail,
     notification_value,
 )
-from psmatch.service.worker import output_records  # noqa: E402
+from psmatch.service.records.subscriptions import dumps_record, load_stored  # noqa: E402
+from psmatch.service.task_contract import output_records  # noqa: E402
 
 
 def notification_records(events: list[bytes], per_event: int) -> list[tuple[bytes, bytes]]:

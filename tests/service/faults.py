@@ -4,7 +4,7 @@
 Owns everything a fault-injection run needs, all real and all its own (never the
 session-shared servers of ``tests/conftest.py``):
 
-* a Kafka broker and a redis-server (``psmatch.devservers.local``) on free loopback ports, in a
+* a Kafka broker and a redis-server (``psmatch.devservers``) on free loopback ports, in a
   folder of the run, that the run kills, stops and restarts;
 * ``psmatch run`` as a subprocess (:class:`JobProcess`), configured through
   ``PSMATCH_*`` environment variables, that the run ``kill -9``\\ s and restarts from its
@@ -56,15 +56,15 @@ from psmatch.devservers.kafka_broker import KafkaBroker
 from psmatch.devservers.process import free_port
 from psmatch.devservers.redis_server import RedisServer
 from psmatch.service.config import ServiceConfig
-from psmatch.service.records import (
+from psmatch.service.records.common import (
     DEFAULT_MAX_EVENT_ATTRIBUTES,
     DEFAULT_MAX_EVENT_BYTES,
     DEFAULT_MAX_STRING_LENGTH,
     DEFAULT_MAX_SUBSCRIPTION_BYTES,
     MAX_ID_LENGTH,
     MAX_NESTING,
-    REJECT_PREFIX_BYTES,
 )
+from psmatch.service.records.rejected import REJECT_PREFIX_BYTES
 from tests.service.workload import ATTRS, random_subscriptions
 
 log = logging.getLogger("psmatch.faults")

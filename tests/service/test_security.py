@@ -2,7 +2,7 @@
 secrets and stops with one clear message (and no secret in it) with a wrong one.
 
 A broker of its own with a SASL_PLAINTEXT listener (mechanism PLAIN, started by
-``psmatch.devservers.local``) and a redis-server with ``requirepass``; the CLI's producer,
+``psmatch.devservers.kafka_broker``) and a redis-server with ``requirepass``; the CLI's producer,
 consumer and admin client and a short Spark query (its Kafka source, and the tasks writing
 their records) all go through SASL.
 """
