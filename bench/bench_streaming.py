@@ -507,8 +507,8 @@ def decode_only(batches: Any) -> Any:
     workers do (:func:`psmatch.service.records.parse_event`), one output record per event."""
     import pyarrow as pa
 
-    from psmatch.service.records import parse_event
-    from psmatch.service.worker import OUTPUT_SCHEMA
+    from psmatch.service.records.events import parse_event
+    from psmatch.service.task_contract import OUTPUT_SCHEMA
 
     for batch in batches:
         cols = batch.to_pydict()

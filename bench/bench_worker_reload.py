@@ -40,12 +40,12 @@ from docsection import replace_section  # noqa: E402 - beside this script
 
 from psmatch.adapters.state import SourceChange, StateStore  # noqa: E402
 from psmatch.devservers.redis_server import RedisServer  # noqa: E402
-from psmatch.service.records import (  # noqa: E402
+from psmatch.service.records.subscriptions import (  # noqa: E402
     dumps_record,
     parse_subscription_record,
     subscription_value,
 )
-from psmatch.service.worker import WorkerSettings  # noqa: E402
+from psmatch.service.task_contract import WorkerSettings  # noqa: E402
 
 log = logging.getLogger("bench")
 
@@ -65,7 +65,8 @@ def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
     code = (
         "import json, re, sys, time\n"
         f"sys.path.insert(0, {str(ROOT / 'src')!r})\n"
-        "from psmatch.service.worker import WorkerSettings, sync_index\n"
+        "from psmatch.service.index_cache import sync_index\n"
+        "from psmatch.service.task_contract import WorkerSettings\n"
         f"settings = WorkerSettings(**json.loads({json.dumps(fields)!r}))\n"
         "t, c = time.perf_counter(), time.process_time()\n"
         f"index = sync_index(settings, {version})\n"

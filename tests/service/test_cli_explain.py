@@ -11,7 +11,7 @@ from psmatch import explain
 from psmatch.adapters.state import StateStore
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig
-from psmatch.service.records import dumps_record
+from psmatch.service.records.subscriptions import dumps_record
 
 EXPR = "price < 20 and category = 'books' and not stock <= 0"
 

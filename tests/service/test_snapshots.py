@@ -22,9 +22,9 @@ import psmatch
 from psmatch import make_matcher
 from psmatch.adapters.state import SourceChange, StateStore
 from psmatch.devservers.services import LocalServices
-from psmatch.service import worker
-from psmatch.service.heads import NotificationHeads
+from psmatch.service import index_cache, tasks
 from psmatch.service.job import snapshot_dir
+from psmatch.service.records.notifications import NotificationHeads
 from psmatch.service.snapshots import (
     CLAIM_STALE_SECONDS,
     SnapshotError,
@@ -35,7 +35,8 @@ from psmatch.service.snapshots import (
     snapshot_state,
     source_digest,
 )
-from psmatch.service.worker import WorkerSettings
+from psmatch.service.task_contract import TaskMetrics, WorkerSettings
+from psmatch.service.worker_index import WorkerIndex
 from tests.service.worker_state import put, worker_state
 
 EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
@@ -45,13 +46,13 @@ EVENTS = [{"a": a, "b": b} for a in range(6) for b in ("x", "y")]
 def state(
     services: LocalServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> Iterator[tuple[WorkerSettings, StateStore]]:
-    caplog.set_level(logging.INFO, logger="psmatch.service.worker")
+    caplog.set_level(logging.INFO, logger="psmatch.service")
     with worker_state(services.redis.url, tmp_path, "snap", 20) as state:
         yield state
 
 
 
-def check(index: worker.WorkerIndex, exprs: dict[str, str]) -> None:
+def check(index: WorkerIndex, exprs: dict[str, str]) -> None:
     index.check()
     scan = make_matcher("scan")
     scan.add_many(exprs.items())
@@ -59,10 +60,10 @@ def check(index: worker.WorkerIndex, exprs: dict[str, str]) -> None:
     assert set(index.matcher) == set(exprs)
 
 
-def start_worker(settings: WorkerSettings, version: int) -> worker.WorkerIndex:
+def start_worker(settings: WorkerSettings, version: int) -> WorkerIndex:
     """A new worker process: nothing cached."""
-    worker._CACHE.clear()
-    return worker.sync_index(settings, version)
+    index_cache.INDEXES.clear()
+    return index_cache.sync_index(settings, version)
 
 
 def first_load(settings: WorkerSettings, store: StateStore) -> dict[str, str]:
@@ -230,10 +231,10 @@ def test_a_worker_that_keeps_up_refreshes_the_snapshot_every_half_retention(
     version, seen, writing = 12, [], []
     for step in range(8):
         version = replace_all(store, exprs, version, 6, f"a = {step}")
-        reported: list[worker.TaskMetrics] = []
+        reported: list[TaskMetrics] = []
         # a task of the cached worker: it catches up, and has no events to match
-        assert list(worker.match_batches(settings, version, iter(()), reported.append)) == []
-        index = worker._CACHE[worker._cache_key(settings, 0)]
+        assert list(tasks.match_batches(settings, version, iter(()), reported.append)) == []
+        index = index_cache.INDEXES[index_cache.cache_key(settings, 0)]
         assert index.built_from == "change log" and index.replayed == version
         seen.append(snapshot_version(settings))
         assert index.snapshot_version == seen[-1]
@@ -259,15 +260,15 @@ def test_workers_of_a_shard_write_one_snapshot_between_them(
     old enough to be a dead writer's."""
     settings, store = state
     exprs = first_load(settings, store)
-    key = worker._cache_key(settings, 0)
-    first = worker._CACHE[key]
+    key = index_cache.cache_key(settings, 0)
+    first = index_cache.INDEXES[key]
     second = start_worker(settings, 12)  # another process: its own index
     assert second.built_from == "snapshot" and second is not first
     version = replace_all(store, exprs, 12, 11, "a = 4")
-    assert worker.sync_index(settings, version) is second
+    assert index_cache.sync_index(settings, version) is second
     assert snapshot_version(settings) == second.snapshot_version == 23
-    worker._CACHE[key] = first  # the first process catches up
-    assert worker.sync_index(settings, version) is first
+    index_cache.INDEXES[key] = first  # the first process catches up
+    assert index_cache.sync_index(settings, version) is first
     assert first.snapshot_version == 23
     assert caplog.text.count("wrote the index snapshot") == 2  # first_load's, second's
     check(first, exprs)
@@ -276,13 +277,13 @@ def test_workers_of_a_shard_write_one_snapshot_between_them(
     claim = path.with_name(path.name + ".writing")
     claim.touch()  # a writer at work
     version = replace_all(store, exprs, version, 11, "a = 5")
-    assert worker.sync_index(settings, version) is first
+    assert index_cache.sync_index(settings, version) is first
     assert snapshot_version(settings) == 23 and first.snapshot_version == 23
     assert "another worker is writing the snapshot of shard 0 of 1" in caplog.text
     old = time.time() - CLAIM_STALE_SECONDS - 1
     os.utime(claim, (old, old))  # a writer that died
     version = replace_all(store, exprs, version, 1, "a = 5")
-    worker.sync_index(settings, version)
+    index_cache.sync_index(settings, version)
     assert snapshot_version(settings) == first.snapshot_version == 35
     assert not claim.exists()
     check(first, exprs)
@@ -295,12 +296,12 @@ def test_a_late_task_adopts_a_newer_snapshot_rather_than_write_over_it(
     version: the snapshot another worker wrote at a later version stays."""
     settings, store = state
     exprs = first_load(settings, store)
-    key = worker._cache_key(settings, 0)
-    late = worker._CACHE[key]
+    key = index_cache.cache_key(settings, 0)
+    late = index_cache.INDEXES[key]
     version = replace_all(store, exprs, 12, 11, "a = 4")
     assert start_worker(settings, version).snapshot_version == 23  # another worker's write
-    worker._CACHE[key] = late
-    assert worker.sync_index(settings, 22) is late  # the late task's batch
+    index_cache.INDEXES[key] = late
+    assert index_cache.sync_index(settings, 22) is late  # the late task's batch
     assert snapshot_version(settings) == late.snapshot_version == 23
     assert caplog.text.count("wrote the index snapshot") == 2  # first_load's, the other's
 
@@ -319,7 +320,7 @@ def test_a_directory_that_cannot_take_the_snapshot_costs_one_attempt_per_half_re
     version = 12
     for step in range(8):  # the same steps as a worker that writes: 24, 36, 48, 60 due
         version = replace_all(store, exprs, version, 6, f"a = {step}")
-        index = worker.sync_index(settings, version)
+        index = index_cache.sync_index(settings, version)
     assert caplog.text.count("could not write the index snapshot") == 5  # 12 .. 60
     check(index, exprs)
 

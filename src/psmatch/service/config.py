@@ -30,8 +30,8 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from psmatch.adapters.kafka.security import KAFKA_PROTOCOLS, SASL_MECHANISMS, KafkaSecurity
-from psmatch.service.records import common as record_limits
 from psmatch.service.errors import ConfigError
+from psmatch.service.records import common as record_limits
 
 ENV_PREFIX = "PSMATCH_"
 

@@ -50,16 +50,16 @@ from psmatch.adapters.kafka.sink import RecordSink, SinkSettings
 from psmatch.adapters.state import StateStore
 from psmatch.errors import PsmatchError
 from psmatch.service.config import ServiceConfig
-from psmatch.service.records import RecordLimits
+from psmatch.service.records.common import RecordLimits
 from psmatch.service.subscriptions import APPLIED_DDL, ValidatedSubscriptions, apply_batches, gather
-from psmatch.service.worker import (
+from psmatch.service.task_contract import (
     MAX_SAMPLES,
     OUTPUT_DDL,
     TaskMetrics,
     WorkerSettings,
-    match_and_write,
     output_records,
 )
+from psmatch.service.tasks import match_and_write
 
 log = logging.getLogger("psmatch.job")
 
