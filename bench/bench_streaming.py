@@ -24,8 +24,8 @@ the Spark job in this process and measures:
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
    (the same events, published the same way, to a topic of its own) through Spark with
    no matching: Kafka -> ``mapInArrow`` with the same event decoding as the workers
-   (:func:`psmatch.service.records.parse_event`), one output record per event -> Kafka; psmatch's
-   events/s are reported as a ratio of its events/s;
+   (:func:`psmatch.service.records.events.parse_event`), one output record per event ->
+   Kafka; psmatch's events/s are reported as a ratio of its events/s;
 4. *where a batch's time goes*: Kafka read + subscription validation, Redis, match +
    write, and inside the workers catch-up, JSON parsing, matching and encoding; the
    workers' peak resident memory; and the CPU time each kind of process (Python
@@ -37,7 +37,7 @@ the Spark job in this process and measures:
    expression of the workload, published as fast as the producer writes; changes/s from
    the first published to the last applied in Redis with the workers caught up;
 6. *a new worker* (last): a fresh Python process brings the index to the state's version
-   as a Python worker that starts now does (:func:`psmatch.service.worker.sync_index`, with the
+   as a Python worker that starts now does (:func:`psmatch.service.index_cache.sync_index`, with the
    job's settings: the snapshot the running workers keep fresh, then the change log
    after it), its wall and CPU time, peak memory and the changes it replayed.
 
@@ -504,7 +504,7 @@ def wait(predicate: Any, timeout: float, query: Any, progress: Any = None) -> No
 
 def decode_only(batches: Any) -> Any:
     """The ceiling's ``mapInArrow`` function: each event decoded and validated as the
-    workers do (:func:`psmatch.service.records.parse_event`), one output record per event."""
+    workers do (:func:`psmatch.service.records.events.parse_event`), one output record per event."""
     import pyarrow as pa
 
     from psmatch.service.records.events import parse_event

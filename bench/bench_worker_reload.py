@@ -2,7 +2,7 @@
 
 A script, not a test. Starts its own redis-server (or uses ``--redis-url``), stores a
 BE-Gen workload's subscriptions in the Redis state (as the driver stores them) and times
-what a Spark Python worker does in :func:`psmatch.service.worker.sync_index`, each step in a
+what a Spark Python worker does in :func:`psmatch.service.index_cache.sync_index`, each step in a
 fresh Python process (as a new worker), reporting its wall and CPU time and its peak
 resident memory:
 
