@@ -12,7 +12,6 @@
  *                            (src/psmatch/core/columns.py), the byte range copies
  *                            (src/psmatch/core/slot_bytes.py)
  *   kernels/slot_ids.c       the id table (src/psmatch/core/slot_ids.py)
- *   kernels/notifications.c  the notification heads' assembly (src/psmatch/service/heads.py)
  *
  * Each loop's meaning, cost and callers are documented on its Python wrapper in those
  * modules, which also allocates its outputs where their length is known; the C files hold
@@ -49,8 +48,6 @@ static PyMethodDef kernel_methods[] = {
     KERNEL(expand_ranges, "See psmatch.core.columns.expand_ranges."),
     KERNEL(set_bits, "See psmatch.core.columns.set_bits."),
     KERNEL(copy_ranges, "See psmatch.core.slot_bytes.copy_ranges."),
-    KERNEL(json_string_lengths, "See psmatch.service.heads."),
-    KERNEL(join_notifications, "See psmatch.service.heads."),
     KERNEL(hash_ranges, "See psmatch.core.slot_ids."),
     KERNEL(find_slots, "See psmatch.core.slot_ids."),
     KERNEL(insert_slots, "See psmatch.core.slot_ids."),

@@ -98,9 +98,6 @@ PSK_KERNEL(move_right_and_insert);
 PSK_KERNEL(expand_ranges);
 PSK_KERNEL(set_bits);
 PSK_KERNEL(copy_ranges);
-/* notifications.c */
-PSK_KERNEL(json_string_lengths);
-PSK_KERNEL(join_notifications);
 /* slot_ids.c */
 PSK_KERNEL(hash_ranges);
 PSK_KERNEL(find_slots);
