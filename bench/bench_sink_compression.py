@@ -4,9 +4,10 @@ take in the broker's log, per sink codec.
 A script, not a test. Starts its own Kafka broker (``psmatch.devservers.services``), generates
 BE-Gen events with ``python -m psmatch.begen``, builds the notification records the
 service would write for them (``--per-event`` matches per event, heads of distinct
-subscriptions, :mod:`psmatch.service.records`), writes the same records to one new topic per
-codec and pass with the service's writer (:class:`psmatch.adapters.kafka.sink.RecordSink`), and
-reports for each codec the CPU time this process spent per record from the first
+subscriptions, :mod:`psmatch.service.records.notifications`), writes the same records to
+one new topic per codec and pass with the service's writer
+(:class:`psmatch.adapters.kafka.sink.RecordSink`), and reports for each codec the CPU
+time this process spent per record from the first
 ``write`` to the end of ``flush`` (``time.process_time``: the writing thread and
 librdkafka's, which compress and send; the median of ``--repeats`` passes, the codecs
 taken in turn in each), the writing thread's share of it (``time.thread_time``), and

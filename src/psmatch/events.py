@@ -26,7 +26,7 @@ FlatEvent = dict[str, Value]
 
 MAX_DEPTH = 32
 """Most levels of objects in an event, its own object counting as the first (the
-service's records obey the same limit, :data:`psmatch.service.records.MAX_NESTING`)."""
+service's records obey the same limit, :data:`psmatch.service.records.common.MAX_NESTING`)."""
 
 
 def flatten_event(event: Any, position: int | None = None) -> FlatEvent:

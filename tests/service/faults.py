@@ -104,7 +104,7 @@ def bad_records(garbage_seed: int = 8) -> list[BadRecord]:
 
     The poison records of issue 8 item 1 come first; the 600 KB binary garbage is fixed
     by ``garbage_seed`` and starts with bytes that are not UTF-8. Limits are the
-    service's defaults (``psmatch.service.records``).
+    service's defaults (``psmatch.service.records.common``).
     """
     garbage = bytearray(random.Random(garbage_seed).randbytes(600 * 1024))
     garbage[:4] = b"\xff\xfe\x00\x01"

@@ -5,8 +5,8 @@ This module owns every Redis key the service writes (all under one prefix, defau
 
 ``<prefix>subs``
     hash: subscription id → the subscription record (a JSON string, see
-    :mod:`psmatch.service.records`); the live subscriptions, so a tombstone knows what to
-    remove and a worker can load everything at once.
+    :mod:`psmatch.service.records.subscriptions`); the live subscriptions, so a tombstone
+    knows what to remove and a worker can load everything at once.
 ``<prefix>version``
     the number of changes applied so far; version *v* is the state after the *v*-th
     change.
@@ -92,7 +92,8 @@ class SourceChange:
 
     ``record`` is the JSON text of the subscription for a put, ``None`` for a delete;
     ``normal_form`` the text of its expression's DNF (see
-    :attr:`psmatch.service.records.SubscriptionChange.normal_form`), for the change log only.
+    :attr:`psmatch.service.records.subscriptions.SubscriptionChange.normal_form`), for the
+    change log only.
     """
 
     source: str  # "<topic>:<partition>"
@@ -394,8 +395,8 @@ class StateStore:
     def scan(self, size: int) -> Iterator[tuple[str, str]]:
         """Every current subscription, ``(id, stored text)``, read in chunks of about
         ``size`` (``HSCAN``'s ``COUNT``): memory for one chunk, not for the whole state
-        (a worker's reload reads as many as it indexes at once, ``psmatch.service.worker
-        .LOAD_CHUNK``).
+        (a worker's reload reads as many as it indexes at once, ``psmatch.service
+        .worker_index.LOAD_CHUNK``).
 
         Not atomic: a subscription changed while the scan runs may be given in either
         form, or twice. Replaying the change log from a version read before the scan on
@@ -416,7 +417,7 @@ class StateStore:
     def change_chunks(self, after: int, upto: int, size: int) -> Iterator[list[Change]]:
         """Changes ``after+1 .. upto`` in order, in lists of at most ``size`` (one
         ``XRANGE`` each): memory for one chunk, not for the whole range (a worker's
-        catch-up applies each chunk at once, ``psmatch.service.worker.LOAD_CHUNK`` changes).
+        catch-up applies each chunk at once, ``psmatch.service.worker_index.LOAD_CHUNK`` changes).
 
         :class:`ChangeLogGapError` as soon as a change is found gone, before the chunk
         that would lack it (the log is trimmed from its oldest end, so a reader that

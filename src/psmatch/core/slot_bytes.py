@@ -1,6 +1,6 @@
 """A byte string per slot, in one append-only buffer: how the ids of a matcher
 (:mod:`psmatch.core.slot_ids`), and through them the distinct notification heads of a
-worker (:mod:`psmatch.service.heads`), are kept without a Python object each.
+worker (:mod:`psmatch.service.records.notifications`), are kept without a Python object each.
 
 Owns :class:`SlotBytes`, the joining of byte strings into one column (:func:`joined`) and
 the compiled copy of byte ranges (:func:`copy_ranges`) that reads and compacts it.

@@ -1,5 +1,6 @@
 """The subscription ids of a matcher by slot, and the slot of each id, in numpy columns
-(also how a worker keeps each distinct notification head once: :mod:`psmatch.service.heads`).
+(also how a worker keeps each distinct notification head once:
+:mod:`psmatch.service.records.notifications`).
 
 Owns :class:`SlotIds`: the ids' UTF-8 in a :class:`psmatch.core.slot_bytes.SlotBytes`, a
 32-bit hash per slot (the high half of the 64-bit FNV-1a), and an open-addressing hash

@@ -81,7 +81,7 @@ def _loads(form: str) -> Any:
 def load_normal_form(text: str, form: str) -> Subscription:
     """The subscription ``text`` whose DNF :func:`dump_normal_form` wrote as ``form``,
     without parsing ``text``: its objects, one per conjunct, predicate and interval.
-    With the stored record's JSON (:func:`psmatch.service.records.load_stored`), about
+    With the stored record's JSON (:func:`psmatch.service.records.subscriptions.load_stored`), about
     half the time of :func:`psmatch.language.parse_subscription` on BE-Gen subscriptions
     and a quarter on a mix of every operator (``.venv/bin/python bench/bench_parser.py``,
     its operations ``load`` and ``parse_subscription``). :func:`load_normal_forms` reads

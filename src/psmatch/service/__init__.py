@@ -1,7 +1,8 @@
 """The psmatch streaming service: Kafka in, Spark Structured Streaming, notifications out.
 
-``psmatch.service.config`` owns the settings, ``psmatch.service.records`` the topic formats,
-``psmatch.service.worker`` the per-worker index cache and partition matching,
+``psmatch.service.config`` owns the settings, ``psmatch.service.records`` the record formats,
+``psmatch.service.index_cache`` the per-worker index cache, ``psmatch.service.tasks`` the
+matching tasks,
 ``psmatch.service.job`` the Spark query and its ``foreachBatch`` logic,
 ``psmatch.service.metrics`` the Prometheus metrics and their endpoint,
 ``psmatch.service.supervisor`` which query failures are restarted and how often,

@@ -13,13 +13,13 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
    and is not cached: its one Spark job reads the events straight from Kafka.
 2. The driver reads the batch's subscription version (and the live count) from Redis.
 3. The events are matched on the executors with ``mapInArrow``
-   (:func:`psmatch.service.worker.match_batches`), every task at that version; they are never
+   (:func:`psmatch.service.tasks.match_batches`), every task at that version; they are never
    collected to the driver. With ``shards`` > 1 (:mod:`psmatch.service.shards`) each event is
    first paired with every shard id (:func:`by_shard`) and the pairs are partitioned by
    shard id, so task i matches every event against the index of shard i alone; the
    notifications are the union. With one shard the plan has no product and no shuffle.
 4. The matching tasks write their notifications and rejected events to Kafka
-   themselves (:func:`psmatch.service.worker.match_and_write`, with librdkafka), every record
+   themselves (:func:`psmatch.service.tasks.match_and_write`, with librdkafka), every record
    acknowledged before a task ends; the driver writes the rejected subscription records
    the same way (:class:`psmatch.adapters.kafka.sink.RecordSink`). Spark's Kafka sink is not used:
    it cost the JVM about 7 µs of CPU per notification record.
@@ -283,7 +283,8 @@ def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
 
 
 def worker_settings(config: ServiceConfig) -> WorkerSettings:
-    """What the matching tasks of a job with ``config`` are told (:mod:`psmatch.service.worker`)."""
+    """What the matching tasks of a job with ``config`` are told
+    (:mod:`psmatch.service.task_contract`)."""
     return WorkerSettings(
         redis_url=config.redis_connection_url,
         redis_prefix=config.redis_prefix,

@@ -6,7 +6,7 @@ one :class:`ServiceMetrics` (its own ``CollectorRegistry``), the HTTP endpoint t
 driver serves them on (:meth:`ServiceMetrics.serve`), and :class:`BatchFigures`, what
 one micro-batch tells them, in plain values. The ``reason`` label of rejected records
 is the record's reject code, from the closed set
-:data:`psmatch.service.records.REJECT_CODES`, so its cardinality is bounded whatever the
+:data:`psmatch.service.records.common.REJECT_CODES`, so its cardinality is bounded whatever the
 records contain.
 
 Where the figures come from, all on the driver:

@@ -4,10 +4,11 @@ Owns the one function that splits subscriptions into shards, :func:`shard_of`, a
 :class:`Shard` a worker index holds. With ``--shards N`` (``ServiceConfig.shards``) the
 subscriptions are split into N disjoint shards by a stable hash of their id; a worker's
 index of shard i holds only the subscriptions of shard i (its reload, change-log
-catch-up and snapshot, :mod:`psmatch.service.worker` and :mod:`psmatch.service.snapshots`, all go
-through :meth:`Shard.holds`), and every event is matched by every shard
-(:mod:`psmatch.service.job` pairs each event with each shard id and partitions the pairs by
-shard), so the notifications are the union of the shards' matches.
+catch-up and snapshot, :mod:`psmatch.service.index_cache` and
+:mod:`psmatch.service.snapshots`, all go through :meth:`Shard.holds`), and every event
+is matched by every shard (:mod:`psmatch.service.job` pairs each event with each shard
+id and partitions the pairs by shard), so the notifications are the union of the shards'
+matches.
 """
 
 from __future__ import annotations

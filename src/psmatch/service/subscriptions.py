@@ -70,7 +70,7 @@ class ValidatedSubscriptions:
     rejects: list[tuple[str, bytes | None, bytes]] = field(default_factory=list)
     """(code, key, value) of each reject, the key and value for the rejected topic."""
     samples: list[str] = field(default_factory=list)
-    """At most :data:`psmatch.service.worker.MAX_SAMPLES` rejects, for the log."""
+    """At most :data:`psmatch.service.task_contract.MAX_SAMPLES` rejects, for the log."""
 
     @property
     def codes(self) -> Counter[str]:
@@ -84,7 +84,7 @@ def validate_records(
     """Records ``(key, value, topic, partition, offset)`` validated, each inside the
     per-record barrier. Pure: no I/O.
 
-    Cost: one :func:`psmatch.service.records.parse_subscription_record` per record.
+    Cost: one :func:`psmatch.service.records.subscriptions.parse_subscription_record` per record.
     """
     out = ValidatedSubscriptions()
     for key, value, topic, partition, offset in records:

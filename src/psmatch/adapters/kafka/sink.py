@@ -56,7 +56,7 @@ class SinkSettings:
 SINK_CHUNK = 4_096
 """Records :meth:`RecordSink.write` queues at a time: one ``rd_kafka_produce_batch``
 call over an array of 72 bytes a record (:mod:`psmatch.adapters.batch_producer`). A
-worker assembles its notification records as many at a time (``psmatch.service.worker``),
+worker assembles its notification records as many at a time (``psmatch.service.tasks``),
 so a chunk being built and librdkafka's full queue (12 MiB, :class:`RecordSink`) are
 what the writing holds at once: larger chunks raise a worker's peak memory and save no
 CPU, the C call being a small share of a record's cost already."""
@@ -118,7 +118,7 @@ class RecordSink:
             "partitioner": "murmur2_random",
             "enable.idempotence": "true",
             "message.timeout.ms": "120000",
-            # a notification is at most SINK_RECORD_LIMIT (psmatch.service.records) bytes;
+            # a notification is at most SINK_RECORD_LIMIT (psmatch.service.records.common) bytes;
             # this is the Java producer's max.request.size
             "message.max.bytes": str(1 << 20),
             # a full queue is memory every matching worker holds on top of its index: a
