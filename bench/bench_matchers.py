@@ -235,7 +235,9 @@ def _profile(
         f"{args.batch_size} events, index of {args.subscriptions:,} subscriptions\n"
         f"command: {_command_line()}\n\n"
     )
-    path.write_text(header + profiler.output_text(unicode=False, color=False))
+    # paths relative to the checkout: the report describes the code, not where it ran
+    text = profiler.output_text(unicode=False, color=False).replace(f"{REPO}/", "")
+    path.write_text(header + text)
     progress(f"wrote {path}")
 
 
