@@ -14,7 +14,8 @@ reaches (see ``snapshot_dir`` in :mod:`psmatch.service.job`)::
      "prefix_sha256": <sha256 of the Redis key prefix>, "matcher": ..., "shard": i,
      "shards": n, "version": <state version>, "last_change": <sha256 of the change at
      that version>, "description_bytes": d, "payload_bytes": n,
-     "payload_sha256": ...}<spaces up to 16383 bytes>\n
+     "payload_sha256": ..., "header_sha256": <of the other fields>}<spaces up to 16383
+     bytes>\n
     <payload: the codec's JSON description of the graph (matcher, heads) (d bytes), then
      its numpy buffers, each at a file offset aligned to 64 bytes>
 
@@ -50,9 +51,9 @@ every size against the file's before allocating, whatever the bytes. The checksu
 a signature, though: such a writer can forge a consistent file, and so make a worker
 load a wrong index: wrong matches, or arrays that break invariants the compiled loops
 trust without checking them, which can crash the worker. Keep the directory writable by
-the service's user alone to be sure of the index; the checksum protects against
-corruption and truncation, the header against another state's, shard's or code's
-snapshot.
+the service's user alone to be sure of the index; the checksums (the payload's, and the
+header's own over its fields) protect against corruption and truncation, the header's
+fields against another state's, shard's or code's snapshot.
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ from psmatch.service.records.notifications import NotificationHeads
 from psmatch.service.shards import WHOLE, Shard
 from psmatch.service.snapshot_codec import (
     DecodeError,
-    Decoder,
     StaleCodeError,
     check_code,
     code_digests,
     encode,
 )
+from psmatch.service.snapshot_decoder import Decoder
 
 FORMAT = "psmatch-index-snapshot"
 FORMAT_VERSION = 9
@@ -160,7 +161,7 @@ def save_snapshot(
                 out.write(b" " * (MAX_HEADER_BYTES - 1) + b"\n")
                 payload = _HashingWriter(out)
                 encoded.write(payload)
-                header = json.dumps({
+                fields = {
                     "format": FORMAT, "format_version": FORMAT_VERSION, "code": code,
                     "prefix_sha256": _digest(prefix), "matcher": matcher.name,
                     "shard": shard.number, "shards": shard.count,
@@ -168,7 +169,9 @@ def save_snapshot(
                     "description_bytes": len(encoded.description),
                     "payload_bytes": payload.size,
                     "payload_sha256": payload.sha256.hexdigest(),
-                }, sort_keys=True).encode("utf-8")  # fmt: skip
+                }  # fmt: skip
+                fields["header_sha256"] = header_digest(fields)
+                header = json.dumps(fields, sort_keys=True).encode("utf-8")
                 # bounded: digests, the matcher's name and a module list of the code
                 assert len(header) < MAX_HEADER_BYTES, "the header outgrew its line"
                 out.seek(0)
@@ -228,6 +231,13 @@ def snapshot_state(
         return None
 
 
+def header_digest(fields: dict[str, Any]) -> str:
+    """The SHA-256 of a header's fields but ``header_sha256`` itself, in sorted JSON: a
+    changed version, size or code digest is corruption, not another snapshot."""
+    rest = {name: value for name, value in fields.items() if name != "header_sha256"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def _digest(prefix: str) -> str:
     """SHA-256 of a Redis key prefix: names the prefix in file names and headers, whose
     length it bounds (a prefix may be long)."""
@@ -285,6 +295,8 @@ def _header(line: bytes, path: Path, prefix: str, matcher: str, shard: Shard) ->
     if header.get("format_version") != FORMAT_VERSION:
         raise SnapshotError(f"{path} has format version {header.get('format_version')!r}, "
                             f"this service reads {FORMAT_VERSION}")  # fmt: skip
+    if header.get("header_sha256") != header_digest(header):
+        raise SnapshotError(f"{path} is corrupt (its header's checksum differs)")
     try:
         check_code(header.get("code"))
     except DecodeError as exc:
