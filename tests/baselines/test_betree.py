@@ -14,7 +14,9 @@ import pytest
 
 import psmatch.baselines.betree as betree_module
 from psmatch import Matcher, make_matcher
-from psmatch.baselines.betree import HIGHEST, LOWEST, MAX_CAP, BETreeMatcher, CNode
+from psmatch.baselines.betree import BETreeMatcher
+from psmatch.baselines.betree_nodes import MAX_CAP, CNode
+from psmatch.baselines.betree_space import HIGHEST, LOWEST, Cut
 from psmatch.language import parse_subscription
 from tests.baselines.beside_scan import agree, build_beside_scan
 
@@ -29,7 +31,7 @@ def tree(matcher: BETreeMatcher, attribute: str) -> int:
 
 def node_of(matcher: BETreeMatcher, sub_id: str) -> CNode:
     (cid,) = matcher.registry.cids_of(matcher.slot_of(sub_id))
-    return matcher._node_of[cid]
+    return matcher.lnodes.node_of[cid]
 
 
 def test_an_overflowing_root_is_partitioned_on_the_most_popular_attribute() -> None:
@@ -78,14 +80,19 @@ def test_buckets_split_at_the_middle_position_into_lo_m_and_m_plus_1_hi() -> Non
     agree(matcher, scan, [{"a": v} for v in (-1, 0, 5, 6, 6.5, 11, 12)])
 
 
+def midpoint(matcher: BETreeMatcher, bucket: CNode) -> Cut | None:
+    assert bucket.pnode is not None
+    return matcher.hulls.midpoint(bucket.pnode.tree, bucket.lo, bucket.hi)
+
+
 def test_midpoint_of_a_bucket_not_starting_at_zero() -> None:
     matcher, _ = bulk({f"s{i}": f"a = {i}" for i in range(12)})
     bucket = matcher.root.pdir[tree(matcher, "a")].root.right
     assert bucket is not None
     # [13, 24] -> [13, 18], [19, 24]: the cut just before position 19, value 9.
-    assert matcher._midpoint(CNode(bucket.used, bucket.pnode, (1, 6, 0), HIGHEST)) == (1, 9, 0)
+    assert midpoint(matcher, CNode(bucket.used, bucket.pnode, (1, 6, 0), HIGHEST)) == (1, 9, 0)
     atomic = CNode(bucket.used, bucket.pnode, (1, 6, 0), (1, 6, 2))  # [6] alone
-    assert matcher._midpoint(atomic) is None
+    assert midpoint(matcher, atomic) is None
 
 
 def test_an_atomic_bucket_partitions_then_grows() -> None:
@@ -93,7 +100,7 @@ def test_an_atomic_bucket_partitions_then_grows() -> None:
     matcher, scan = build(subs)
     node = node_of(matcher, "s0")
     assert all(node_of(matcher, f"s{i}") is node for i in range(3 * MAX_CAP))
-    assert node.capacity == 3 * MAX_CAP and matcher._midpoint(node) is None
+    assert node.capacity == 3 * MAX_CAP and midpoint(matcher, node) is None
     agree(matcher, scan, [{"a": 1}, {"a": 1.5}, {"a": 0}])
 
 
@@ -131,7 +138,7 @@ def test_deletion_merges_buckets_and_removes_empty_p_nodes() -> None:
         matcher.check()
         agree(matcher, scan, events)
     assert not matcher.root.pdir and not matcher.root.lnode
-    assert len(matcher._nodes()) == 1  # only the root c-node is left
+    assert len(matcher.nodes()) == 1  # only the root c-node is left
 
 
 def test_removing_half_keeps_scores_and_leaves_consistent() -> None:
@@ -191,7 +198,7 @@ def test_l_node_sets_hold_memory_for_what_they_hold_after_a_bulk_build() -> None
     matcher = BETreeMatcher()
     matcher.add_many((str(i), f"a{i % 40} = {i} and b{i % 7} < {i}") for i in range(8_000))
     matcher.check()
-    for node in matcher._nodes():
+    for node in matcher.nodes():
         assert sys.getsizeof(node.lnode) <= 4096 + 64 * node.size
 
 
@@ -258,7 +265,7 @@ def test_gated_and_plain_conjuncts_share_l_nodes_through_removals() -> None:
         subs[f"n{i}"] = f"s not like '%{i % 3}%' and a = {i % 13}"
         subs[f"p{i}"] = f"s like '{'ab'[i % 2]}%' and a < {i}"
     matcher, scan = build(subs)
-    gated = {cid for cid in matcher._node_of if cid in matcher._gate_of}
+    gated = {cid for cid in matcher.lnodes.node_of if cid in matcher.lnodes.gate_of}
     assert len(gated) == 120
     events = [{"s": f"{'ab'[i % 2]}{i % 7}{i % 5}", "a": i % 17} for i in range(80)]
     events += [{"s": "b3x", "a": 3}, {"s": "zzz", "a": 3}, {"a": 3}, {"s": 3, "a": 3}]
@@ -272,7 +279,7 @@ def test_gated_and_plain_conjuncts_share_l_nodes_through_removals() -> None:
         matcher.remove(sub_id)
         scan.remove(sub_id)
     matcher.check()
-    assert not matcher._gate_of and len(matcher._nodes()) == 1
+    assert not matcher.lnodes.gate_of and len(matcher.nodes()) == 1
 
 
 def test_churn_keeps_the_tree_near_a_fresh_build() -> None:
