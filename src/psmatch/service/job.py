@@ -19,10 +19,11 @@ Owns the Spark session settings, the streaming query and the ``foreachBatch`` lo
    shard id, so task i matches every event against the index of shard i alone; the
    notifications are the union. With one shard the plan has no product and no shuffle.
 4. The matching tasks write their notifications and rejected events to Kafka
-   themselves (:func:`psmatch.service.tasks.match_and_write`, with librdkafka), every record
-   acknowledged before a task ends; the driver writes the rejected subscription records
-   the same way (:class:`psmatch.adapters.kafka.sink.RecordSink`). Spark's Kafka sink is not used:
-   it cost the JVM about 7 µs of CPU per notification record.
+   themselves (:func:`psmatch.service.tasks.match_and_write`, with librdkafka), every
+   record acknowledged before a task ends; the driver writes the rejected subscription
+   records the same way (:class:`psmatch.adapters.kafka.sink.RecordSink`). Spark's Kafka
+   sink is not used: it turns each record into a Spark row in the JVM, several times the
+   CPU per notification record that librdkafka takes.
 
 Per batch, one log line tells what happened and where the time went, and one WARNING
 line summarises the rejects, if any (counts by code, a few samples).

@@ -6,10 +6,9 @@ expression parse, canonical re-encoding: tens of microseconds) is the costliest 
 subscribing, and applying it to Redis the next; both run where the records are, in the
 executors' Python workers (:func:`apply_batches`, the ``mapInArrow`` function), in
 parallel over the topic's partitions. The driver receives only the outcome: the counts
-and the rejects (:data:`APPLIED_SCHEMA`), which :func:`gather` sums up. At 1M
-subscriptions the driver's own share, putting the validated records back in order and
-applying them, had taken 40 s of a 195 s batch after the executors were done
-(docs/bench-streaming.md).
+and the rejects (:data:`APPLIED_SCHEMA`), which :func:`gather` sums up: the driver never
+puts the validated records back in order and applies them itself, one process after the
+executors are done.
 
 Each record is validated inside the per-record barrier: whatever it raises makes it a
 rejected record (its rejected-topic value is built on the executor), and the others go

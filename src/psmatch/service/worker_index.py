@@ -14,7 +14,6 @@ culprits are left out.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from psmatch.language.encoding import load_normal_forms
 from psmatch.service.records.common import record_error
 from psmatch.service.records.notifications import (
     NotificationHeads,
+    check_head,
     check_notification_key,
     load_stored_head,
     notification_head,
@@ -195,4 +195,4 @@ class WorkerIndex:
         for sub_id in self.matcher:
             head = self.heads.get(self.matcher.slot_of(sub_id))
             assert head is not None, sub_id
-            assert json.loads("{" + head.strip(",") + "}").keys() <= {"subscriber", "extra"}
+            check_head(head)

@@ -215,7 +215,7 @@ def loads_bounded(data: bytes, what: str = "the value", max_nesting: int = MAX_N
     (``invalid_unicode``: such a string cannot be stored or re-encoded as UTF-8).
 
     Cost: O(len(data)). Values orjson decodes exactly as the standard library does are
-    decoded by orjson (four times faster); the rest, and every refusal, by
+    decoded by orjson, the faster; the rest, and every refusal, by
     :func:`loads_checked`, so the result and the error never depend on the path.
     """
     # two C-speed counts settle it for any ordinary record: depth <= opening brackets
@@ -231,8 +231,8 @@ def loads_bounded(data: bytes, what: str = "the value", max_nesting: int = MAX_N
 
 # orjson turns an integer outside [-2**63, 2**64) into a float; the standard library keeps
 # it exact (and the event then refuses it): any such literal has 19 or more digits. With
-# every digit read as 0, a run of 19 is one substring search: 1 µs for a 265-byte BE-Gen
-# event, where the regular expression [0-9]{19} took 5 (it tries a match at each digit).
+# every digit read as 0, a run of 19 is one substring search (a regular expression
+# [0-9]{19} would try a match at each digit).
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGITS = b"0" * 19
 

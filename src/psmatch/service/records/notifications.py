@@ -23,10 +23,10 @@ once from the heads stored by slot (:meth:`NotificationHeads.join`), or one
 :class:`NotificationHeads` stores each distinct head once, in a
 :class:`psmatch.core.slot_ids.SlotIds` (its bytes and a hash table that finds it), at a
 number of its own, with a count of the slots that hold it; a slot holds its head's
-number (int32). At 1M BE-Gen subscriptions (one subscriber, or each its own id) that is
-4 MiB, where a head per slot took 56 MiB; with a distinct subscriber per subscription,
-other than its id, it costs what a head per slot did plus the table (about 36 bytes a
-head).
+number (int32). With one subscriber, or each its own id, that is a few heads and four
+bytes a slot, where a head per slot would hold its bytes at every slot; with a distinct
+subscriber per subscription, other than its id, it costs what a head per slot would plus
+the table's entry for each.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ _NONE = -1
 """The head number of a slot that holds none."""
 _PREFIX = np.frombuffer(NOTIFICATION_PREFIX, dtype=np.uint8)
 _SUBSCRIBER_KEY = np.frombuffer(SUBSCRIBER_KEY, dtype=np.uint8)
+_SUBSCRIBER_TEXT = SUBSCRIBER_KEY.decode()
 
 
 def check_notification_key(sub_id: str) -> None:
@@ -78,9 +79,8 @@ def notification_head(sub_id: str, record: SubscriptionRecord) -> str:
     ``,"extra":...,`` when the subscriber is the id (``extra`` written as it is stored,
     :func:`psmatch.service.records.subscriptions.dumps_extra`).
 
-    Cost O(size of the record): the string by the C encoder, ``extra`` by
-    ``dumps_extra`` (about 4 µs per BE-Gen subscription: a worker computes one per
-    subscription it loads).
+    Cost O(size of the record): the string by the standard library's C encoder, ``extra``
+    by ``dumps_extra``; a worker computes one per subscription it loads.
     """
     return _head(sub_id, record.subscriber, record.extra)
 
@@ -98,14 +98,23 @@ def load_stored_head(sub_id: str, text: str) -> tuple[str, str]:
 
 
 def _head(sub_id: str, subscriber: str, extra: Mapping[str, Any]) -> str:
-    named = "" if subscriber == sub_id else SUBSCRIBER_KEY.decode() + _encode_string(subscriber)
+    named = "" if subscriber == sub_id else _SUBSCRIBER_TEXT + _encode_string(subscriber)
     return f'{named},"extra":{dumps_extra(dict(extra))},'
 
 
-def _repeats_id(head: bytes) -> bool:
+def check_head(head: str) -> None:
+    """Assert that ``head`` is a head :func:`notification_head` writes: the fields
+    ``extra`` and, but for the default subscriber, ``subscriber``, between commas.
+    ``AssertionError`` otherwise. Cost: one JSON decode of the head."""
+    assert head.startswith(",") and head.endswith(","), head
+    fields = json.loads("{" + head[1:-1] + "}")
+    assert "extra" in fields and fields.keys() <= {"subscriber", "extra"}, head
+
+
+def _repeats_id(head: str) -> bool:
     """Whether the writer writes the id again, as the subscriber, before ``head``: the
     head names none (:func:`notification_head`)."""
-    return not head.startswith(SUBSCRIBER_KEY)
+    return not head.startswith(_SUBSCRIBER_TEXT)
 
 
 def notification_tail(
@@ -131,7 +140,7 @@ def notification_value(sub_id: str, head: str, tail: bytes) -> bytes:
     id_data, id_offsets = joined([sub_id.encode()])
     tail_data, tail_offsets = joined([tail])
     row = np.zeros(1, dtype=np.int64)
-    parts = _Parts(id_offsets, id_data, np.array([_repeats_id(head_bytes)]),
+    parts = _Parts(id_offsets, id_data, np.array([_repeats_id(head)]),
                    np.frombuffer(head_bytes, dtype=np.uint8), row,
                    np.array([len(head_bytes)], dtype=np.int64), tail_offsets, tail_data, row)
     return parts.write(0, 1, np.concatenate([row, parts.lengths()])).tobytes()
@@ -225,7 +234,7 @@ class NotificationHeads:
             added = [distinct[i] for i in new.tolist()]
             self._distinct.put_many(fresh, added)
             self._repeats_id.grow_to(len(self._refs))
-            self._repeats_id.data[fresh] = [_repeats_id(h.encode()) for h in added]
+            self._repeats_id.data[fresh] = [_repeats_id(h) for h in added]
             numbers[new] = fresh
         number_of = dict(zip(distinct, numbers.tolist(), strict=True))
         held = np.fromiter(map(number_of.__getitem__, heads), np.int64, len(heads))
