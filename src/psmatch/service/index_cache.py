@@ -183,7 +183,7 @@ def _from_snapshot(
     except SnapshotError as exc:
         log.info("reloading every subscription: %s", exc)
         return None
-    except Exception as exc:  # a checksummed pickle of another code version
+    except Exception as exc:  # a barrier: a snapshot is an optimisation, never fatal
         log.warning("reloading every subscription: the index snapshot cannot be loaded (%s)",
                     record_error(exc))  # fmt: skip
         return None

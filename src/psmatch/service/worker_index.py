@@ -43,11 +43,11 @@ LOAD_CHUNK = 2_500
 per read of the state or the change log, :mod:`psmatch.service.index_cache`). A group's
 changes (their stored texts and normal forms) and a bulk build's new columns are held
 beside the index, so a chunk bounds the memory a reload or a catch-up adds to the
-index's. Smaller is not better without end: the objects of a chunk, a few KiB of small
-Python objects per change, live in pymalloc's arenas of 1 MiB, and an arena goes back to
-the system only when all of it is free, so the few objects that outlive a chunk (a new
-array's header, a cache entry) keep arenas filled, and each chunk costs its bulk
-insert's fixed overhead: a few thousand balances the peak and the time."""
+index's. Smaller chunks do not lower the peak without end, and cost time: a chunk's
+small Python objects live in pymalloc's arenas of 1 MiB, and an arena goes back to the
+system only when all of it is free, so the few objects that outlive a chunk (a new
+array's header, a cache entry) keep the arenas it filled; and each chunk costs the bulk
+insert's fixed overhead once."""
 
 
 def _log_left_out(sub_id: str, exc: Exception) -> None:
@@ -62,12 +62,13 @@ replayed), or every live subscription read from Redis."""
 
 @dataclass
 class WorkerIndex:
-    """A matcher at a known version plus each subscription's notification key and head
-    by slot, holding the subscriptions of ``shard`` only; ``replayed`` counts the changes
-    replayed into it from the log since ``built_from``; ``snapshot_version`` is the
-    version of the newest snapshot of its shard it knows of (loaded, written or read from
-    the file's header) or of its last failed attempt to write one, ``None`` before
-    either; ``snapshot_write_s`` the seconds spent writing its snapshots."""
+    """A matcher at a known version plus each subscription's notification head by slot (its
+    key, the id, is the matcher's own), holding the subscriptions of ``shard`` only;
+    ``replayed`` counts the changes replayed into it from the log since ``built_from``;
+    ``snapshot_version`` is the version of the newest snapshot of its shard it knows of
+    (loaded, written or read from the file's header) or of its last failed attempt to
+    write one, ``None`` before either; ``snapshot_write_s`` the seconds spent writing
+    its snapshots."""
 
     matcher: Matcher
     version: int = 0
@@ -101,10 +102,9 @@ class WorkerIndex:
         """Index stored subscriptions (``(id, stored text, normal form or None)``, see
         :func:`psmatch.service.records.subscriptions.load_stored`) as they come,
         :data:`LOAD_CHUNK` at a time (:meth:`_load_chunk`): those of other shards are
-        skipped, and an id given
-        twice keeps its last text (within a chunk the last is kept, across chunks the
-        matcher replaces it). Raises whatever the matcher's bulk insert raised, as
-        :meth:`apply` does.
+        skipped, and an id given twice keeps its last text (within a chunk the last is
+        kept, across chunks the matcher replaces it). Raises whatever the matcher's bulk
+        insert raised, as :meth:`apply` does.
 
         Memory: one chunk's texts and columns and its heads (written to the heads'
         columns after each chunk), not the input (a full reload streams it from Redis,
