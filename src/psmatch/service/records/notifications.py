@@ -136,14 +136,15 @@ def notification_value(sub_id: str, head: str, tail: bytes) -> bytes:
     (:func:`notification_head`) and the event's tail (:func:`notification_tail`): what
     :meth:`NotificationHeads.join` writes for a match, by the same writer. Cost O(its
     bytes), plus a few numpy calls."""
-    head_bytes = head.encode()
-    id_data, id_offsets = joined([sub_id.encode()])
-    tail_data, tail_offsets = joined([tail])
+    id_bytes, head_bytes = sub_id.encode(), head.encode()
     row = np.zeros(1, dtype=np.int64)
-    parts = _Parts(id_offsets, id_data, np.array([_repeats_id(head)]),
+    parts = _Parts(np.array([0, len(id_bytes)], dtype=np.int64),
+                   np.frombuffer(id_bytes, dtype=np.uint8), np.array([_repeats_id(head)]),
                    np.frombuffer(head_bytes, dtype=np.uint8), row,
-                   np.array([len(head_bytes)], dtype=np.int64), tail_offsets, tail_data, row)
-    return parts.write(0, 1, np.concatenate([row, parts.lengths()])).tobytes()
+                   np.array([len(head_bytes)], dtype=np.int64),
+                   np.array([0, len(tail)], dtype=np.int64), np.frombuffer(tail, dtype=np.uint8),
+                   row)  # fmt: skip
+    return parts.write(0, 1, np.array([0, parts.lengths()[0]], dtype=np.int64)).tobytes()
 
 
 @dataclass(frozen=True, slots=True)
