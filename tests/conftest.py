@@ -1,6 +1,7 @@
 """Fixtures shared by the integration tests: one real Kafka broker and Redis per session,
-and per-test service configurations with topic names, Redis prefix, checkpoint and
-metrics port of their own, so tests never see each other's records.
+a state store under a Redis key prefix of its own per test, and per-test service
+configurations with topic names, Redis prefix, checkpoint and metrics port of their own,
+so tests never see each other's records.
 
 Every test that uses a fixture starting a server (directly or through another fixture)
 is marked ``integration`` here, so ``pytest -m "not integration"`` (``make test-fast``)
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from psmatch.adapters.state import StateStore
 from psmatch.devservers.process import free_port
 from psmatch.devservers.services import (
     LocalServices,
@@ -55,6 +57,14 @@ def services() -> Iterator[LocalServices]:
     """Kafka (KRaft) and redis-server on free loopback ports, stopped after the session."""
     yield shared_services()
     release_shared_services()
+
+
+@pytest.fixture
+def store(services: LocalServices) -> Iterator[StateStore]:
+    """A state store under a key prefix of its own, cleared after the test."""
+    s = StateStore.from_url(services.redis.url, f"test-{uuid.uuid4().hex[:10]}:", retention=50)
+    yield s
+    s.clear()
 
 
 @pytest.fixture
