@@ -51,9 +51,12 @@ KEYWORD_SPELLINGS = frozenset(
 )
 """Every spelling of every keyword (they are case-insensitive): one lookup, no lower()."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", "'": "'", '"': '"'}
-OP_SPELLING = {"==": "=", "<>": "!="}
-"""The operators with a second spelling, to the one :class:`~psmatch.language.tree.Comparison`
-uses."""
+_OP_SPELLING = {"==": "=", "<>": "!="}
+op_spelling = _OP_SPELLING.get
+"""``op_spelling(op, op)``: the operator ``op`` as :class:`~psmatch.language.tree.Comparison`
+spells it (``==`` is ``=``, ``<>`` is ``!=``). A bound method, for the parser's hot path:
+``.get`` called on a dict imported from another module would compile to an
+attribute load, making a bound method at each call."""
 
 
 Token = tuple[str, str, object, int]

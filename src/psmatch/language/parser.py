@@ -10,7 +10,7 @@ are :class:`psmatch.errors.ExpressionError` naming the position. Cost O(len(text
 from __future__ import annotations
 
 from psmatch.errors import ExpressionError, ExpressionLimitError
-from psmatch.language.lexer import KIND, OP_SPELLING, POSITION, TEXT, VALUE, Token, tokenize
+from psmatch.language.lexer import KIND, POSITION, TEXT, VALUE, Token, op_spelling, tokenize
 from psmatch.language.limits import MAX_DEPTH, MAX_PREDICATES, MAX_TEXT
 from psmatch.language.scanner import parse_conjunction
 from psmatch.language.tree import (
@@ -129,7 +129,7 @@ class Parser:
         values: tuple[Value, ...]
         if op_tok[KIND] == "op" and op_tok[VALUE] in _COMPARISON_OPS:
             self.i += 1
-            op = OP_SPELLING.get(op_tok[VALUE], op_tok[VALUE])  # type: ignore[arg-type]
+            op = op_spelling(op_tok[VALUE], op_tok[VALUE])  # type: ignore[arg-type]
             values = (self.parse_value(),)
         else:
             negated = self.accept_keyword("not")

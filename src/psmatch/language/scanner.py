@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from psmatch.errors import ExpressionError
-from psmatch.language.lexer import KEYWORD_SPELLINGS, OP_SPELLING, number_value
+from psmatch.language.lexer import KEYWORD_SPELLINGS, number_value, op_spelling
 from psmatch.language.limits import MAX_PREDICATES
 from psmatch.language.tree import (
     COMPLEMENT,
@@ -101,7 +101,7 @@ def scan_conjunction(text: str) -> list[Written] | None:
             attribute = name
         try:
             if op is not None:
-                op = OP_SPELLING.get(op, op)
+                op = op_spelling(op, op)
                 # inlined: _literal's first case, the most common value
                 values: tuple[Value, ...] = (
                     (int(value),) if value.isdigit() and len(value) <= 18 else (_literal(value),))
