@@ -2,18 +2,20 @@
 loading them in the workers (a script, not a test).
 
 What the driver does for each record of the subscriptions topic is
-:func:`psmatch.service.records.parse_subscription_record`: decode the JSON value, parse and
-normalise the expression (:func:`psmatch.language.parse_subscription`) and re-encode the
-stored form. This script measures, in CPU time per subscription on one pinned core:
+:func:`psmatch.service.records.subscriptions.parse_subscription_record`: decode the JSON
+value, parse and normalise the expression (:func:`psmatch.language.parse_subscription`)
+and re-encode the stored form. This script measures, in CPU time per subscription on
+one pinned core:
 
-- ``tokenize``: the tokenizer alone, as the general parser uses it (since the
-  conjunction fast path, a conjunction of comparisons is parsed without it);
+- ``tokenize``: the tokenizer alone (:func:`psmatch.language.lexer.tokenize`), as the
+  general parser uses it (a conjunction of comparisons is read by the scanner,
+  :mod:`psmatch.language.scanner`, without it);
 - ``parse``: :func:`psmatch.language.parse_expression`, the text to its tree;
 - ``parse_subscription``: the same and the normal form (DNF, interval merging);
 - ``record``: ``parse_subscription_record`` on the bytes ``psmatch subscribe`` sends
-  (:func:`psmatch.service.records.subscription_value`);
-- ``load``: :func:`psmatch.service.records.load_stored` on the stored text and normal form the
-  record became: the subscription's objects from its normal form
+  (:func:`psmatch.service.records.subscriptions.subscription_value`);
+- ``load``: :func:`psmatch.service.records.subscriptions.load_stored` on the stored text
+  and normal form the record became: the subscription's objects from its normal form
   (:func:`psmatch.language.encoding.load_normal_form`) instead of a parse. A worker reads a
   group of logged normal forms into columns at once instead
   (:func:`psmatch.language.encoding.load_normal_forms`, timed within a whole replay by
@@ -33,12 +35,11 @@ Each operation runs over the whole workload ``--repeats`` times (each pass takin
 operations in turn on every 500 subscriptions, so that the machine's load falls on all
 alike); the table gives the median and the best rate per CPU second
 (``time.process_time``: the cost on one core, whatever else the machine runs), and the
-median per wall second. ``--baseline COMMIT`` also measures that commit's
-``src/psmatch/language/__init__.py`` and ``src/psmatch/service/records.py`` (loaded
-beside the current ones, the
-baseline's records module bound to the baseline's parser) in the same passes, each
-operation of the baseline right after the current one on the same subscriptions: the
-two share the machine's load, and the table gives their ratio. With ``--write-table
+median per wall second. ``--baseline COMMIT`` also measures that commit's language
+package, ``src/psmatch/language/`` (loaded beside the current one, with a second copy of
+the current record decoder bound to it), in the same passes, each operation of the
+baseline right after the current one on the same subscriptions: the two share the
+machine's load, and the table gives their ratio. With ``--write-table
 PATH`` the run becomes a section of PATH labelled ``--label`` (a run with the same label
 replaces it, others are kept). Progress goes to stderr.
 
@@ -61,10 +62,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))  # this checkout's code, not the installed one
@@ -73,8 +73,12 @@ from host import cpu_model  # noqa: E402 - bench/host.py, beside this script
 
 from psmatch import language  # noqa: E402
 from psmatch.begen import add_params_arguments, generate, params_from_args  # noqa: E402
-from psmatch.service import records as records_module  # noqa: E402
-from psmatch.service.records import parse_subscription_record, subscription_value  # noqa: E402
+from psmatch.language.lexer import tokenize  # noqa: E402
+from psmatch.service.records import subscriptions as records_module  # noqa: E402
+from psmatch.service.records.subscriptions import (  # noqa: E402
+    parse_subscription_record,
+    subscription_value,
+)
 
 OPERATIONS = ("tokenize", "parse", "parse_subscription", "record", "load")
 STAGES = (
@@ -191,12 +195,31 @@ def _timed(operation: Callable[[Any], object], items: Sequence[Any]) -> tuple[fl
     return time.process_time() - cpu, time.perf_counter() - wall
 
 
-Implementation = tuple[ModuleType, ModuleType]
-"""An ``psmatch.language`` module and the ``psmatch.service.records`` module that uses it."""
+class Implementation(NamedTuple):
+    """The functions timed: a language package's and a record decoder's bound to it."""
+
+    tokenize: Callable[[str], object]
+    parse_expression: Callable[[str], object]
+    parse_subscription: Callable[[str], object]
+    parse_subscription_record: Callable[[bytes, bytes], object]
+    load_stored: Callable[[str, str | None], object]
 
 
-def _module(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
+LANGUAGE = "src/psmatch/language"
+"""The language package, whose files ``--baseline`` takes from its commit."""
+
+
+def implementation(language: ModuleType, tokenize: Callable[[str], object],
+                   records: ModuleType) -> Implementation:
+    return Implementation(tokenize, language.parse_expression, language.parse_subscription,
+                          records.parse_subscription_record, records.load_stored)
+
+
+def _module(name: str, path: Path, package: bool = False) -> ModuleType:
+    """The module ``name`` executed from ``path`` (the ``__init__.py`` of a package, whose
+    submodules are then imported from beside it)."""
+    search = [str(path.parent)] if package else None
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=search)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up by name
@@ -204,24 +227,40 @@ def _module(path: Path, name: str) -> ModuleType:
     return module
 
 
-def load_baseline(commit: str, scratch: Path) -> Implementation:
-    """``src/psmatch/language/__init__.py`` and ``src/psmatch/service/records.py`` of
-    ``commit``, loaded as the
-    modules ``baseline_language`` and ``baseline_records``; the latter imports the
-    former as its ``psmatch.language`` (the rest of the package is the current one)."""
-    for path in ("src/psmatch/language/__init__.py", "src/psmatch/service/records.py"):
-        text = _git("show", f"{commit}:{path}")
-        if not text:
-            raise SystemExit(f"error: no {path} at commit {commit!r}")
-        (scratch / Path(path).name).write_text(text + "\n", encoding="utf-8")
-    baseline_language = _module(scratch / "language.py", "baseline_language")
-    current = sys.modules["psmatch.language"]
-    sys.modules["psmatch.language"] = baseline_language
+def _is_language(name: str) -> bool:
+    return name == "psmatch.language" or name.startswith("psmatch.language.")
+
+
+def load_baseline(commit: str, directory: Path) -> Implementation:
+    """The language package of ``commit`` (its files under :data:`LANGUAGE`, written to
+    ``directory``), and a second copy of the current record decoder importing it as its
+    ``psmatch.language``; the rest of the package is the current one. While they load,
+    the baseline's modules stand in ``sys.modules`` under the current ones' names; the
+    current ones are put back after."""
+    files = _git("ls-tree", "-r", "--name-only", commit, "--", LANGUAGE).splitlines()
+    if not files:
+        raise SystemExit(f"error: no {LANGUAGE}/ at commit {commit!r}")
+    for path in files:
+        target = directory / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(subprocess.run(["git", "show", f"{commit}:{path}"], cwd=REPO,
+                                          capture_output=True, check=True).stdout)  # fmt: skip
+    current = {name: module for name, module in sys.modules.items() if _is_language(name)}
+    records_name = records_module.__name__
     try:
-        baseline_records = _module(scratch / "records.py", "baseline_records")
+        for name in current:
+            del sys.modules[name]
+        language = _module("psmatch.language", directory / LANGUAGE / "__init__.py", package=True)
+        records = _module(records_name, Path(records_module.__file__))
+        lexer = sys.modules.get("psmatch.language.lexer")
+        # before the package was split into modules, the tokenizer was its _tokenize
+        tokenize = lexer.tokenize if lexer is not None else language._tokenize
     finally:
-        sys.modules["psmatch.language"] = current
-    return baseline_language, baseline_records
+        for name in [name for name in sys.modules if _is_language(name)]:
+            del sys.modules[name]
+        sys.modules.update(current)
+        sys.modules[records_name] = records_module
+    return implementation(language, tokenize, records)
 
 
 Operation = tuple[Callable[[Any], object], Sequence[Any]]
@@ -231,13 +270,13 @@ Operation = tuple[Callable[[Any], object], Sequence[Any]]
 def _operations(implementation: Implementation, texts: list[str],
                 records: list[tuple[bytes, bytes]],
                 stored: list[tuple[str, str | None]]) -> dict[str, Operation]:
-    parser, decoder = implementation
+    record, load = implementation.parse_subscription_record, implementation.load_stored
     return {
-        "tokenize": (parser._tokenize, texts),
-        "parse": (parser.parse_expression, texts),
-        "parse_subscription": (parser.parse_subscription, texts),
-        "record": (lambda kv: decoder.parse_subscription_record(kv[0], kv[1]), records),
-        "load": (lambda sn: decoder.load_stored(sn[0], sn[1]), stored),
+        "tokenize": (implementation.tokenize, texts),
+        "parse": (implementation.parse_expression, texts),
+        "parse_subscription": (implementation.parse_subscription, texts),
+        "record": (lambda kv: record(kv[0], kv[1]), records),
+        "load": (lambda sn: load(sn[0], sn[1]), stored),
     }
 
 
@@ -287,8 +326,8 @@ def _git(*args: str) -> str:
 
 def _commit() -> str:
     commit = _git("rev-parse", "--short", "HEAD")
-    dirty = _git("status", "--porcelain", "--", "src/psmatch/language/__init__.py",
-                 "src/psmatch/service/records.py")
+    records = Path(records_module.__file__).relative_to(REPO)
+    dirty = _git("status", "--porcelain", "--", LANGUAGE, str(records))
     return commit + (" + uncommitted changes to the parser" if dirty else "")
 
 
@@ -330,16 +369,15 @@ def _stage_us(by_op: dict[str, dict[str, float]], op: str, minus: str | None) ->
     return us - (1e6 / by_op[minus]["cpu"] if minus else 0.0)
 
 
-def _section(label: str, args: argparse.Namespace, started: datetime, load: str,
-             rates: Rates, sizes: dict[str, int]) -> str:
+def _section(label: str, args: argparse.Namespace, load: str, rates: Rates,
+             sizes: dict[str, int]) -> str:
     command = shlex.join([".venv/bin/python", "bench/bench_parser.py", *sys.argv[1:]])
-    baseline = (f" Baseline: commit {args.baseline}'s `src/psmatch/language/__init__.py` and "
-                "`src/psmatch/service/records.py`, measured in the same passes."
-                if args.baseline else "")
+    baseline = (f" Baseline: commit {args.baseline}'s `{LANGUAGE}/` (with the current record "
+                "decoder), measured in the same passes." if args.baseline else "")
     return (
         f"## {label}\n\n"
         f"Command: `{command}`\n\n"
-        f"{started:%Y-%m-%d %H:%M} UTC; commit {_commit()}; {_machine()}; pinned to core "
+        f"Commit {_commit()}; {_machine()}; pinned to core "
         f"{args.cpu}; load average (`uptime`) {load} at the start; {args.repeats} passes "
         f"per operation.{baseline}\n\n"
         f"{_table(rates, sizes)}\n\n"
@@ -356,11 +394,11 @@ def write_doc(path: Path, label: str, section: str) -> None:
     body = [
         "# Subscribing: parser and record validation benchmark\n",
         "Written by `bench/bench_parser.py` (see its docstring for what each operation "
-        "covers); one section per run, labelled, each with its command, date, commit and "
-        "load. Rates are subscriptions per CPU second on one pinned core (median of the "
-        "passes): the machine is shared, so CPU time, not wall time, is the measure, and a "
-        "comparison is made within one run (`--baseline`), where both sides share the "
-        "machine's load.\n",
+        "covers); a section per labelled run, with its command, commit and load (a run "
+        "under the same label replaces its section). Rates are subscriptions per CPU "
+        "second on one pinned core (median of the passes): the machine is shared, so CPU "
+        "time, not wall time, is the measure, and a comparison is made within one run "
+        "(`--baseline`), where both sides share the machine's load.\n",
     ]
     body += [f"<!-- run:{name} -->\n{text}<!-- end:{name} -->\n" for name, text in sections.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -378,12 +416,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     os.sched_setaffinity(0, {args.cpu})
-    started = datetime.now(UTC)
     load = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    implementations: dict[str, Implementation] = {"current": (language, records_module)}
+    implementations = {"current": implementation(language, tokenize, records_module)}
     if args.baseline:
-        with tempfile.TemporaryDirectory(prefix="bench-parser-") as scratch:
-            implementations["baseline"] = load_baseline(args.baseline, Path(scratch))
+        with tempfile.TemporaryDirectory(prefix="bench-parser-") as directory:
+            implementations["baseline"] = load_baseline(args.baseline, Path(directory))
     print(f"generating {params.subscriptions:,} BE-Gen subscriptions", file=sys.stderr)
     workloads = {"BE-Gen": [text for _, text in generate(params).subscriptions]}
     if args.mix:
@@ -394,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(_table(rates, sizes))
     if args.write_table:
         label = args.label or _commit()
-        write_doc(args.write_table, label, _section(label, args, started, load, rates, sizes))
+        write_doc(args.write_table, label, _section(label, args, load, rates, sizes))
         print(f"wrote section {label!r} of {args.write_table}")
     return 0
 
