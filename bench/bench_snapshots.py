@@ -53,7 +53,7 @@ def measure(name: str, subscriptions: int, repeat: int, work: Path) -> dict[str,
     matcher.add_many(workload.subscriptions)
     ids = [sub_id for sub_id, _ in workload.subscriptions]
     heads = NotificationHeads()
-    heads.put_many(matcher.slots_of(ids), [',"subscriber":"bench",'] * len(ids))
+    heads.put_many(matcher.internal.slots_of(ids), [',"subscriber":"bench",'] * len(ids))
     event = workload.events[0]
     expected = sorted(matcher.match(event))
     saves = []

@@ -6,10 +6,14 @@ change, else from every subscription), and the index is right either way."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import pickle
+import re
 import shutil
+import tempfile
 import time
 import tracemalloc
 import uuid
@@ -17,23 +21,25 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-import psmatch
 from psmatch import make_matcher
 from psmatch.adapters.state import SourceChange, StateStore
 from psmatch.devservers.services import LocalServices
-from psmatch.service import index_cache, tasks
+from psmatch.service import index_cache, snapshot_codec, tasks
 from psmatch.service.job import snapshot_dir
 from psmatch.service.records.notifications import NotificationHeads
+from psmatch.service.snapshot_codec import KERNELS
 from psmatch.service.snapshots import (
     CLAIM_STALE_SECONDS,
+    Snapshot,
     SnapshotError,
-    index_code_digest,
+    header_digest,
     load_snapshot,
     save_snapshot,
     snapshot_path,
     snapshot_state,
-    source_digest,
 )
 from psmatch.service.task_contract import TaskMetrics, WorkerSettings
 from psmatch.service.worker_index import WorkerIndex
@@ -101,7 +107,7 @@ def test_a_corrupt_snapshot_is_ignored(
     exprs = first_load(settings, store)
     path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
     data = bytearray(path.read_bytes())
-    data[-100] ^= 0xFF  # one flipped bit in the pickled matcher
+    data[-100] ^= 0xFF  # flipped bits in the matcher's last array
     path.write_bytes(bytes(data))
     with pytest.raises(SnapshotError, match="corrupt"):
         load_snapshot(path.parent, settings.redis_prefix, "psthash")
@@ -113,39 +119,128 @@ def test_a_corrupt_snapshot_is_ignored(
     assert "is not a psmatch index snapshot" in caplog.text
 
 
-def test_the_index_code_digest_covers_the_c_source(tmp_path: Path) -> None:
-    """A change to a loop of ``src/psmatch/core/_kernels.c`` is another version of the index code,
-    as a change to a ``.py`` file is; other files are not code."""
-    (tmp_path / "core").mkdir()
-    (tmp_path / "core" / "columns.py").write_text("X = 1\n")
-    (tmp_path / "_kernels.c").write_text("int x = 1;\n")
-    before = source_digest(tmp_path)
-    (tmp_path / "notes.txt").write_text("not code")
-    assert source_digest(tmp_path) == before
-    (tmp_path / "_kernels.c").write_text("int x = 2;\n")
-    after_c = source_digest(tmp_path)
-    (tmp_path / "core" / "columns.py").write_text("X = 2\n")
-    assert len({before, after_c, source_digest(tmp_path)}) == 3
-    assert index_code_digest() == source_digest(Path(psmatch.__file__).parent)
+def rewrite_header(path: Path, **changes: object) -> None:
+    """Change header fields of the snapshot at ``path``, its own checksum made to match
+    (a writer that forges it), the line kept at its length."""
+    line, payload = path.read_bytes().split(b"\n", 1)
+    fields = {**json.loads(line), **changes}
+    fields["header_sha256"] = header_digest(fields)
+    path.write_bytes(json.dumps(fields).encode().ljust(len(line)) + b"\n" + payload)
 
 
 def test_a_snapshot_of_other_index_code_is_ignored(
     state: tuple[WorkerSettings, StateStore], caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The payload pickles the matcher's internals: only the code that wrote it reads it."""
+    """The payload holds the matcher's internals: only the code of the classes it stores
+    reads it (a worker that keeps up then writes a new one: ``snapshot_state`` is None)."""
     settings, store = state
     exprs = first_load(settings, store)
     path = snapshot_path(settings.snapshot_dir or "", settings.redis_prefix, "psthash")
-    data = path.read_bytes()
-    header, _, payload = data.partition(b"\n")
-    fields = json.loads(header)
-    fields["index_code"] = "0" * 64  # as written by an older release of the index
-    path.write_bytes(json.dumps(fields).encode() + b"\n" + payload)
-    with pytest.raises(SnapshotError, match="another version of the index code"):
+    code = json.loads(path.read_bytes().split(b"\n", 1)[0])["code"]
+    # as written by an older release of the PSTHash matcher's module
+    rewrite_header(path, code={**code, "psmatch.pstree.psthash": "0" * 64})
+    with pytest.raises(SnapshotError, match=re.escape(
+            "another version of the index code (psmatch.pstree.psthash changed)")):  # fmt: skip
         load_snapshot(path.parent, settings.redis_prefix, "psthash")
+    assert snapshot_state(path.parent, settings.redis_prefix, "psthash") is None
     index = start_worker(settings, 12)
     assert index.built_from == "change log" and "another version of the index code" in caplog.text
     check(index, exprs)
+
+
+def small_snapshot(directory: Path) -> Path:
+    matcher = make_matcher("psthash")
+    matcher.add_many([("s1", "a = 1"), ("s2", "b in ('x', 'y') or a > 3.5")])
+    heads = NotificationHeads()
+    heads.put_many(matcher.internal.slots_of(["s1", "s2"]), [",h,", ",h,"])
+    path = save_snapshot(directory, "p:", 5, matcher, heads, "digest")
+    assert path is not None
+    return path
+
+
+@pytest.mark.parametrize(("changed", "refused"), [
+    ("psmatch.pstree.store", True), ("psmatch.core.slot_ids", True),
+    (NotificationHeads.__module__, True), (KERNELS, True),
+    ("psmatch.explain", False), ("psmatch.service.index_cache", False),
+    ("psmatch.service.snapshots", False), ("psmatch.baselines.counting", False),
+])  # fmt: skip
+def test_only_a_change_to_the_code_of_a_stored_class_invalidates_a_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, changed: str, refused: bool,
+) -> None:
+    path = small_snapshot(tmp_path)
+    module_digest, kernels_digest = snapshot_codec.module_digest, snapshot_codec.kernels_digest
+    monkeypatch.setattr(snapshot_codec, "module_digest",
+                        lambda name: "edited" if name == changed else module_digest(name))
+    monkeypatch.setattr(snapshot_codec, "kernels_digest",
+                        lambda: "edited" if changed == KERNELS else kernels_digest())
+    if refused:
+        with pytest.raises(SnapshotError, match=re.escape(f"({changed} changed)")):
+            load_snapshot(tmp_path, "p:", "psthash")
+        assert snapshot_state(tmp_path, "p:", "psthash") is None
+    else:
+        assert load_snapshot(tmp_path, "p:", "psthash").matcher.match({"a": 1}) == {"s1"}
+        assert snapshot_state(path.parent, "p:", "psthash") == (5, "digest")
+
+
+def test_a_forged_header_or_payload_is_refused(tmp_path: Path) -> None:
+    path = small_snapshot(tmp_path)
+    original = path.read_bytes()
+    line, payload = original.split(b"\n", 1)
+    path.write_bytes(line.replace(b'"version": 5', b'"version": 6') + b"\n" + payload)
+    with pytest.raises(SnapshotError, match="its header's checksum differs"):
+        load_snapshot(tmp_path, "p:", "psthash")
+    for size in (2**62, -1, "9"):
+        path.write_bytes(original)
+        rewrite_header(path, payload_bytes=size)
+        with pytest.raises(SnapshotError, match="its size differs from its header"):
+            load_snapshot(tmp_path, "p:", "psthash")
+    # a writer that forges a consistent file naming os.system: refused, nothing run
+    description = json.dumps({"classes": [["os", "system", "object", []]], "buffers": [],
+                              "objects": [["object", 0, []]], "root": ["ref", 0]}).encode()
+    path.write_bytes(line + b"\n" + description)
+    rewrite_header(path, description_bytes=len(description), payload_bytes=len(description),
+                   payload_sha256=hashlib.sha256(description).hexdigest())  # fmt: skip
+    with pytest.raises(SnapshotError, match=re.escape(
+            "corrupt or foreign: class 'os.system' is not in")):
+        load_snapshot(tmp_path, "p:", "psthash")
+    path.write_bytes(json.dumps({"format": "psmatch-index-snapshot", "format_version": 8})
+                     .encode().ljust(4095) + b"\n" + pickle.dumps(None))  # fmt: skip
+    with pytest.raises(SnapshotError, match="has format version 8, this service reads 9"):
+        load_snapshot(tmp_path, "p:", "psthash")
+
+
+@pytest.fixture(scope="module")
+def snapshot_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return small_snapshot(tmp_path_factory.mktemp("snap")).read_bytes()
+
+
+def load_bytes(data: bytes) -> Snapshot | SnapshotError:
+    with tempfile.TemporaryDirectory() as directory:
+        snapshot_path(directory, "p:", "psthash").write_bytes(data)
+        try:
+            return load_snapshot(directory, "p:", "psthash")
+        except SnapshotError as exc:
+            return exc
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+def test_a_damaged_file_is_refused_or_loads_as_written(snapshot_bytes: bytes, data: st.DataObject
+                                                       ) -> None:  # fmt: skip
+    """Truncated anywhere, or any bytes replaced anywhere: a :class:`SnapshotError`, or
+    (a change in the header's padding JSON reads as blank) the snapshot as written."""
+    damaged = bytearray(snapshot_bytes)
+    if data.draw(st.booleans(), "truncate"):
+        del damaged[data.draw(st.integers(0, len(damaged) - 1), "at"):]
+    else:
+        for _ in range(data.draw(st.integers(1, 4), "bytes")):
+            damaged[data.draw(st.integers(0, len(damaged) - 1), "at")] = data.draw(
+                st.integers(0, 255), "byte")  # fmt: skip
+    loaded = load_bytes(bytes(damaged))
+    if not isinstance(loaded, SnapshotError):
+        assert bytes(damaged).split(b"\n", 1)[1] == snapshot_bytes.split(b"\n", 1)[1]
+        assert loaded.version == 5 and loaded.matcher.match({"a": 1}) == {"s1"}
 
 
 def test_a_snapshot_of_another_prefix_or_matcher_is_ignored(
@@ -339,7 +434,7 @@ def test_a_snapshot_is_saved_and_loaded_without_a_second_copy_in_memory(tmp_path
                      for i in range(30_000))  # fmt: skip
     heads = NotificationHeads()
     # as a worker's load writes them, in bulk: not the snapshot's cost
-    heads.put_many(matcher.slots_of([f"s{i}" for i in range(30_000)]),
+    heads.put_many(matcher.internal.slots_of([f"s{i}" for i in range(30_000)]),
                    [f",h{i % 3}," for i in range(30_000)])  # fmt: skip
     tracemalloc.start()
     try:

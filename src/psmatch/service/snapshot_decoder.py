@@ -150,8 +150,9 @@ class Decoder:
 
     @staticmethod
     def _rows(rows: list[object], space: int) -> list[tuple[str, Any, list[int], int, int]]:
-        """The buffer rows, checked: each allowed, its size its shape's, aligned, in order,
-        within the ``space`` the payload has after the description, which they fill."""
+        """The buffer rows, checked: each allowed, its size its shape's, right after the
+        one before it (at the next aligned offset), within the ``space`` the payload has
+        after the description, which they fill."""
         checked, end = [], 0
         for row in rows:
             if not isinstance(row, list) or len(row) != 5:
@@ -164,9 +165,8 @@ class Decoder:
             if not isinstance(shape, list) or len(shape) not in dims or not all(
                     type(n) is int and n >= 0 for n in shape):  # fmt: skip
                 raise DecodeError(f"buffer row {row!r} has no valid shape")
-            if type(offset) is not int or type(nbytes) is not int or offset % ALIGN or not (
-                    end <= offset and nbytes == math.prod(shape) * itemsize
-                    and offset + nbytes <= space):  # fmt: skip
+            if type(offset) is not int or offset != aligned(end) or type(nbytes) is not int or (
+                    nbytes != math.prod(shape) * itemsize or offset + nbytes > space):  # fmt: skip
                 raise DecodeError(f"buffer row {row!r} does not fit the file ({space} bytes "
                                   f"after the description, {end} taken)")  # fmt: skip
             checked.append((kind, dtype, shape, offset, nbytes))
