@@ -79,7 +79,7 @@ def test_matcher_returns_what_scan_returns(name: str, ops: list) -> None:
             matcher.check()
         elif op == "add_columns":  # in bulk, from the normal forms' text, as a worker does
             adds = {i: s for i, s in ((i, parsed_or_none(text)) for i, text in arg.items()) if s}
-            matcher.add_columns(list(adds), load_normal_forms(
+            matcher.internal.add_columns(list(adds), load_normal_forms(
                 [s.text for s in adds.values()], [dump_normal_form(s) for s in adds.values()]))
             for i, s in adds.items():
                 scan.add(i, s)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from psmatch import MATCHERS, ExpressionError, UnknownMatcherError, make_matcher
+from psmatch.core.matcher import Matcher, SlotPath
 from psmatch.core.multimap import MERGE_MIN
 from psmatch.events import flatten_event
 from psmatch.language import parse_subscription
@@ -57,7 +58,7 @@ def test_removes_are_staged_and_seen_by_every_read(matcher):
     with pytest.raises(KeyError):
         matcher.remove("0")
     with pytest.raises(KeyError):
-        matcher.slot_of("0")
+        matcher.internal.slot_of("0")
     assert matcher.match({"x": 1}) == {"1", "7", "13", "19", "25"}
     matcher.remove("1")
     matcher.add("1", "x = 2")  # a removed id comes back, a staged removal before it
@@ -119,9 +120,9 @@ def test_match_flat_batch_matches_flattened_events_like_match_batch(matcher):
     matcher.add_many([("1", "user.age > 3"), ("2", "a = 1"), ("3", "a = 1 and user.age = 4")])
     events = [{"user": {"age": 4}, "a": 1}, {}, {"a": 1}]
     flat = [flatten_event(event) for event in events]
-    assert matcher.match_flat_batch(flat) == matcher.match_batch(events) == [
+    assert matcher.internal.match_flat_batch(flat) == matcher.match_batch(events) == [
         {"1", "2", "3"}, set(), {"2"}]
-    assert matcher.match_flat_batch([]) == matcher.match_batch([]) == []
+    assert matcher.internal.match_flat_batch([]) == matcher.match_batch([]) == []
 
 
 def test_match_flat_pairs_lists_each_match_once_by_event(matcher):
@@ -129,11 +130,11 @@ def test_match_flat_pairs_lists_each_match_once_by_event(matcher):
     matcher.add_many([("either", "a = 1 or b = 2"), ("big", "a > 0"), ("none", "a < 0")])
     matcher.check()
     flat = [flatten_event(event) for event in ({"a": 1, "b": 2}, {}, {"b": 2}, {"a": 5})]
-    events, ids = matcher.match_flat_pairs(flat)
+    events, ids = matcher.internal.match_flat_pairs(flat)
     assert sorted(zip(events.tolist(), ids, strict=True)) == [
         (0, "big"), (0, "either"), (2, "either"), (3, "big")]
     assert events.tolist() == sorted(events.tolist())
-    events, ids = matcher.match_flat_pairs([])
+    events, ids = matcher.internal.match_flat_pairs([])
     assert (len(events), ids) == (0, [])
 
 
@@ -143,17 +144,17 @@ def test_match_flat_slots_names_each_match_by_the_slot_of_its_id(matcher):
     matcher.add("d", "x < 3")  # may take the freed slot of "a"
     matcher.check()
     assert sorted(matcher) == ["b", "c", "d"]
-    slots = {sub_id: matcher.slot_of(sub_id) for sub_id in matcher}
+    slots = {sub_id: matcher.internal.slot_of(sub_id) for sub_id in matcher}
     assert len(set(slots.values())) == 3
     flat = [flatten_event(event) for event in ({"x": 1}, {"x": 2}, {"x": 9})]
-    events, matched = matcher.match_flat_slots(flat)
+    events, matched = matcher.internal.match_flat_slots(flat)
     assert matched.dtype == np.int64 and events.tolist() == sorted(events.tolist())
     by_slot = {slot: sub_id for sub_id, slot in slots.items()}
     assert sorted(zip(events.tolist(), map(by_slot.get, matched.tolist()), strict=True)) == [
         (0, "b"), (0, "d"), (1, "b"), (1, "c"), (1, "d"), (2, "b")]
     with pytest.raises(KeyError):
-        matcher.slot_of("a")
-    events, matched = matcher.match_flat_slots([])
+        matcher.internal.slot_of("a")
+    events, matched = matcher.internal.match_flat_slots([])
     assert len(events) == len(matched) == 0
 
 
@@ -184,7 +185,7 @@ def test_ids_are_strings_of_any_unicode(matcher):
     matcher.add_many([(sub_id, "a = 1") for sub_id in ids])
     matcher.check()
     assert matcher.match({"a": 1}) == set(ids) and all(sub_id in matcher for sub_id in ids)
-    offsets, data = matcher.ids_utf8(matcher.slots_of(ids[:5]))
+    offsets, data = matcher.internal.ids_utf8(matcher.internal.slots_of(ids[:5]))
     assert [data[lo:hi].tobytes().decode() for lo, hi in pairwise(offsets)] == ids[:5]
     with pytest.raises(TypeError, match="a subscription id is a str, not int"):
         matcher.add(7, "a = 1")
@@ -208,7 +209,7 @@ def test_add_columns_adds_normal_forms_in_bulk_replacing_held_ids(matcher):
     matcher.add("e", "n = 0")
     columns = load_normal_forms(list(texts.values()),
                                 [dump_normal_form(parse_subscription(t)) for t in texts.values()])
-    matcher.add_columns(list(texts), columns)
+    matcher.internal.add_columns(list(texts), columns)
     matcher.check()
     assert len(matcher) == 5
     batch = [{"s": "axe", "n": 2}, {"s": "abc", "n": 5}, {"s": "zz", "n": 0},
@@ -216,7 +217,7 @@ def test_add_columns_adds_normal_forms_in_bulk_replacing_held_ids(matcher):
     # an absent attribute makes a comparison unknown, and `not` of unknown is not true
     assert matcher.match_batch(batch) == [{"a", "b", "c"}, {"b", "c", "d"}, {"e"}, {"d"}, {"e"}]
     with pytest.raises(ValueError, match="one distinct id per subscription"):
-        matcher.add_columns(["x", "x", "y", "z"], columns)
+        matcher.internal.add_columns(["x", "x", "y", "z"], columns)
     assert len(matcher) == 5
 
 
@@ -264,3 +265,13 @@ def test_stats_count_the_index(matcher):
     assert stats.estimated_bytes > 0
     assert set(stats.as_dict()) == {
         "subscriptions", "conjuncts", "predicates", "spaces", "estimated_bytes"}
+
+
+def test_the_public_face_is_the_documented_interface():
+    """The library's face is what the README lists; the service's path by slot is
+    ``internal``, a :class:`psmatch.core.matcher.SlotPath`."""
+    face = {name for name in vars(Matcher) if not name.startswith("_")}
+    assert face == {"name", "bulk_size", "add", "add_many", "remove", "remove_many", "match",
+                    "match_batch", "stats", "check", "internal"}
+    assert {"__len__", "__contains__", "__iter__"} <= set(vars(Matcher))
+    assert isinstance(make_matcher("scan").internal, SlotPath)

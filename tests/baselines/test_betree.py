@@ -30,7 +30,7 @@ def tree(matcher: BETreeMatcher, attribute: str) -> int:
 
 
 def node_of(matcher: BETreeMatcher, sub_id: str) -> CNode:
-    (cid,) = matcher.registry.cids_of(matcher.slot_of(sub_id))
+    (cid,) = matcher.registry.cids_of(matcher.internal.slot_of(sub_id))
     return matcher.lnodes.node_of[cid]
 
 

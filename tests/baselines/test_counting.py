@@ -75,7 +75,7 @@ def test_a_between_counts_twice_on_one_attribute() -> None:
     m.add("s", "x between 1 and 5")
     m.add("t", "x >= 1")
     assert m.match_batch([{"x": 1}, {"x": 5}, {"x": 6}]) == [{"s", "t"}, {"s", "t"}, {"t"}]
-    (cid,) = m.registry.cids_of(m.slot_of("s"))
+    (cid,) = m.registry.cids_of(m.internal.slot_of("s"))
     assert m.size.data[cid] == 2
     assert m.predicates.live == 2  # ">= 1" is one predicate for both
 
@@ -98,6 +98,6 @@ def test_removed_conjuncts_never_complete_and_are_purged_in_bulk(monkeypatch) ->
     assert m.registry.awaiting_reclaim == 0 and len(m.associations) == 8
     m.add("new", "x = 0")
     m.check()  # files the staged add
-    assert m.registry.cids_of(m.slot_of("new"))[0] < 8  # a purged cid is reused
+    assert m.registry.cids_of(m.internal.slot_of("new"))[0] < 8  # a purged cid is reused
     assert m.match({"x": 0, "y": 100}) == {"4", "6", "new"}
     m.check()

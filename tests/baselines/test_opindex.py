@@ -20,7 +20,7 @@ def build(subscriptions: dict[str, str]) -> tuple[OpIndexMatcher, Matcher]:
 
 def entries_of(matcher: OpIndexMatcher, sub_id: str) -> list[tuple[int, int, int]]:
     """(operator, threshold offset, bound id) of a single-conjunct subscription's entries."""
-    (cid,) = matcher.registry.cids_of(matcher.slot_of(sub_id))
+    (cid,) = matcher.registry.cids_of(matcher.internal.slot_of(sub_id))
     block, bid, offset, cid_column = matcher.lists.entries()
     mine = np.flatnonzero(cid_column == cid)
     return sorted(zip((block[mine] % 3).tolist(), offset[mine].tolist(), bid[mine].tolist(),
@@ -33,7 +33,7 @@ def tree(matcher: OpIndexMatcher, attribute: str) -> int:
 
 def test_pivot_is_the_least_used_attribute_without_event_history() -> None:
     matcher, _ = build({"x": "a = 1 and b = 1", "y": "a = 2 and c = 1", "z": "a = 3 and b = 2"})
-    (cid,) = matcher.registry.cids_of(matcher.slot_of("y"))
+    (cid,) = matcher.registry.cids_of(matcher.internal.slot_of("y"))
     assert matcher.pivot.data[cid] == tree(matcher, "c")
 
 
@@ -42,7 +42,7 @@ def test_pivot_is_the_least_frequent_attribute_in_the_event_stream() -> None:
     matcher.match_batch([{"a": 1, "b": 1}, {"b": 2}, {"b": 3}])  # b is frequent, a rare
     matcher.add("y", "a = 2 and b = 2")
     matcher.check()
-    (cid,) = matcher.registry.cids_of(matcher.slot_of("y"))
+    (cid,) = matcher.registry.cids_of(matcher.internal.slot_of("y"))
     assert matcher.pivot.data[cid] == tree(matcher, "a")
 
 
@@ -51,7 +51,7 @@ def test_operators_map_to_the_three_lists_with_counter_targets() -> None:
         "in": "a in (1, 2, 3)", "between": "a between 2 and 5", "ne": "a != 3",
         "lt": "a < 5", "ge": "a >= 5", "suffix": "s like '%on'", "prefix": "s like 'ab%'",
     })
-    need = {k: int(matcher.need.data[matcher.registry.cids_of(matcher.slot_of(k))[0]])
+    need = {k: int(matcher.need.data[matcher.registry.cids_of(matcher.internal.slot_of(k))[0]])
             for k in ("in", "between", "ne", "lt", "ge", "suffix", "prefix")}
     ops = {k: [(op, off) for op, off, _ in entries_of(matcher, k)] for k in need}
     assert ops["in"] == [(EQ, 1)] * 3 and need["in"] == 1  # one counter slot for the IN list

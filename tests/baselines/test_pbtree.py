@@ -91,6 +91,6 @@ def test_deleted_entries_stay_until_the_bulk_purge(monkeypatch) -> None:
     assert len(tree.leaf) == len(tree.greater) == len(tree.inequality) == 3
     m.add("new", "x >= 0")
     m.check()
-    assert m.registry.cids_of(m.slot_of("new"))[0] < 6  # a purged cid is reused
+    assert m.registry.cids_of(m.internal.slot_of("new"))[0] < 6  # a purged cid is reused
     assert m.match({"x": 9}) == {"3", "4", "5", "new"}
     m.check()

@@ -10,7 +10,7 @@ from psmatch.baselines.propagation import PropagationMatcher
 def filed(m: PropagationMatcher, sub_id: str) -> tuple[int, object, list[object]]:
     """(cluster width, access predicate, other predicates) of a one-conjunct id."""
     m.check()  # files staged adds
-    (cid,) = m.registry.cids_of(m.slot_of(sub_id))
+    (cid,) = m.registry.cids_of(m.internal.slot_of(sub_id))
     m._prepare()
     for width, table in m.clusters.items():
         rows = (table.owners == cid).nonzero()[0]

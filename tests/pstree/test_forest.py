@@ -231,7 +231,7 @@ def test_a_batch_is_located_by_event_then_tree(texts, batch) -> None:
         with contextlib.suppress(ExpressionError):  # some drawn can never be true
             matcher.add(str(i), text)
     flat = [flatten_event(event) for event in batch]
-    matcher.match_flat_batch(flat)  # the staged subscriptions filed
+    matcher.internal.match_flat_batch(flat)  # the staged subscriptions filed
     located = matcher._begin(flat).located
     order = np.lexsort((located.tree, located.event))
     assert (order == np.arange(len(order))).all()

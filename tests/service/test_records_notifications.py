@@ -21,7 +21,7 @@ from psmatch.service.records.notifications import NotificationHeads, notificatio
 
 
 def ids_of(sub_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The matches' ids as ``Matcher.ids_utf8`` gives them: offsets and UTF-8 data."""
+    """The matches' ids as ``matcher.internal.ids_utf8`` gives them: offsets and UTF-8 data."""
     data, offsets = joined([sub_id.encode() for sub_id in sub_ids])
     return offsets, data
 

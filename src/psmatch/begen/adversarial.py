@@ -1,5 +1,5 @@
 """Adversarial subscription expressions: the operator mixes that once made parsing and
-normalisation cost more than linear in the text (issue 9), each filling the 64 KiB text
+normalisation cost more than linear in the text, each filling the 64 KiB text
 limit (``MAX_TEXT``) or the limit on comparisons (``MAX_PREDICATES``).
 
 Owns :data:`EXPRESSIONS`, by name, which ``bench/bench_adversarial.py`` times and

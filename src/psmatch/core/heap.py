@@ -9,11 +9,9 @@ for the step. What the step freed stays in glibc's heap unless
 
 Not done: having glibc map every block of 1 MiB or more apart (``mallopt``'s
 ``M_MMAP_THRESHOLD``; by default blocks of up to 32 MiB come from the heap, where a
-worker's numpy temporaries leave holes). With 1M BE-Gen subscriptions in PSTHash it
-lowered a process's peak from 903 to 825 MiB (846 at 4 MiB), but each temporary then
-costs fresh pages: matching 10,000 events took 1.10-1.87 s of CPU against 0.83-1.51 s,
-and the one service run with it at 1M drained 973 events/s, against 1,799-2,114 in the
-three runs around it (docs/bench-streaming.md, stop 33).
+worker's numpy temporaries leave holes). It lowers a large index's peak by a tenth or
+so, but each temporary then costs fresh pages from the system: matching and the
+service's throughput got markedly slower.
 """
 
 from __future__ import annotations
@@ -31,12 +29,10 @@ def gc_paused() -> Iterator[None]:
     (nested uses restore only the outermost). Cycles made meanwhile (an exception's
     traceback) are collected once it runs again.
 
-    Measured on this machine: ``WorkerIndex.apply`` of 100,000 BE-Gen subscriptions into
-    PSTHash took 17.8 and 21.2 s CPU with the collector, 11.5 and 12.9 s without; a
-    worker's catch-up of 200,000 changes 52-58 µs a change with it (the collector
-    paused in ``add_many`` only), 40-41 µs without. Where the objects made do not live
-    long (validating subscription records keeps only their texts) it gains nothing:
-    ``validate_records`` took 56-64 µs a record either way.
+    With the collector running, a bulk load of BE-Gen subscriptions or a worker's
+    catch-up of the change log spends a large share of its CPU in collections that find
+    nothing. Where the objects made do not live long (validating subscription records
+    keeps only their texts) pausing it gains nothing.
     """
     enabled = gc.isenabled()
     gc.disable()
@@ -52,11 +48,10 @@ def release_free_heap() -> None:
 
     Parsing leaves many short-lived Python objects behind; glibc keeps their pages
     unless asked, so a process that loaded a million subscriptions would stay that much
-    larger; matching leaves numpy temporaries' pages behind the same way (after 2,000
-    events on 1M subscriptions in PSTHash, a process held 774-781 MiB trimmed after each
-    chunk, 874-889 MiB not; the peak, set while loading, stays). Only glibc has
-    ``malloc_trim``; elsewhere this does nothing. Cost: a walk of the heap's free
-    blocks, 2-5 ms in a process holding 1M subscriptions.
+    larger; matching leaves numpy temporaries' pages behind the same way (the peak, set
+    while loading, stays). Only glibc has ``malloc_trim``; elsewhere this does nothing.
+    Cost: a walk of the heap's free blocks, a few milliseconds in a process holding 1M
+    subscriptions.
     """
     libc = _glibc()
     if libc is not None:

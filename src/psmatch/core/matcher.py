@@ -1,5 +1,11 @@
 """The ``Matcher`` interface every index implements, and the bookkeeping they share.
 
+The library's face is :class:`Matcher`'s public methods (``add``, ``add_many``,
+``remove``, ``remove_many``, ``match``, ``match_batch``, ``stats``, ``check``, ``len``,
+``in`` and ``iter``). The service's batch path, which works by slot on flattened events
+and normal-form columns, is :class:`SlotPath` (``matcher.internal``): not part of the
+library's face.
+
 A matcher stores subscriptions (Boolean expressions in the text form of
 :mod:`psmatch.language`, each under a caller-chosen id) and answers, for an event or a
 batch of events, which subscriptions the event satisfies under the semantics of
@@ -57,7 +63,7 @@ class MatcherStats:
     ``spaces``
         Live predicate spaces of the PS-Tree forest (the ``2m + 1`` cells that the
         ``m`` distinct bounds of an (attribute, kind) cut its domain into, see
-        :mod:`psmatch.pstree.forest`) for the matchers built on it (``pstbloom``,
+        :mod:`psmatch.pstree.tree`) for the matchers built on it (``pstbloom``,
         ``psthash``, ``opindex``, ``betree``); 0 for the others.
     ``estimated_bytes``
         Estimated memory of the matcher's structures: the exact ``nbytes`` of every
@@ -85,8 +91,9 @@ class Matcher(ABC):
     """Stores subscriptions by id and finds those an event satisfies.
 
     Subscription ids are strings (``TypeError`` for another type). Internally each
-    matcher works with dense integer *slots*; ``self._ids`` (:class:`psmatch.core.slot_ids.SlotIds`)
-    maps ids to slots and back.
+    matcher works with dense integer *slots*; an id map
+    (:class:`psmatch.core.slot_ids.SlotIds`) maps ids to slots and back, and
+    :attr:`internal` is the service's path by slot.
     """
 
     name: str = ""
@@ -144,23 +151,6 @@ class Matcher(ABC):
 
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""
-
-    def add_columns(self, ids: Sequence[str], columns: SubscriptionColumns) -> None:
-        """Add the subscriptions whose normal forms ``columns`` holds
-        (:mod:`psmatch.language.encoding`), the i-th under ``ids[i]``, replacing any held under
-        those ids: what ``add_many`` of their objects does, in one bulk insert. The ids
-        must be distinct, one per subscription (``ValueError`` before anything changes).
-
-        A PS-Tree matcher files the columns as they are, with no object per predicate or
-        interval; the others build the subscriptions' objects first.
-        """
-        if len(ids) != len(columns) or len(set(ids)) != len(ids):
-            raise ValueError(f"add_columns takes one distinct id per subscription: "
-                             f"{len(set(ids))} distinct of {len(ids)} for {len(columns)}")
-        if not ids:
-            return
-        with self._bulk():
-            self._insert_columns(self._replace_ids(list(ids)), columns)
 
     @contextmanager
     def _bulk(self) -> Iterator[None]:
@@ -246,7 +236,7 @@ class Matcher(ABC):
     def _give_up(self, ids: list[str]) -> None:
         """Take the held ``ids`` out of the id map and stage their slots' removal;
         ``KeyError`` (nothing changed) if one is not held or comes twice."""
-        slots = self.slots_of(ids)
+        slots = self._slots_of(ids)
         if len(np.unique(slots)) < len(slots):
             raise KeyError(next(sub_id for sub_id, n in Counter(ids).items() if n > 1))
         self._ids.clear_many(slots)
@@ -263,34 +253,19 @@ class Matcher(ABC):
         now)."""
         return iter(self._ids)
 
-    def slot_of(self, sub_id: str) -> int:
-        """The slot of ``sub_id`` (``KeyError`` if there is none): the number
-        :meth:`match_flat_slots` gives for its matches, fixed until it is removed or
-        replaced, and reused after that. Callers keep per-subscription data in columns
-        by slot with it. Cost O(1)."""
-        return int(self.slots_of([sub_id])[0])
-
-    def slots_of(self, ids: Sequence[str]) -> np.ndarray:
-        """:meth:`slot_of` of each of ``ids``, as int64; ``KeyError`` naming the first
-        not held. Cost O(len(ids) + their bytes), one compiled probe each."""
+    def _slots_of(self, ids: Sequence[str]) -> np.ndarray:
+        """The slots of ``ids``, as int64; ``KeyError`` naming the first not held."""
         slots = self._ids.find(ids)
         if (slots < 0).any():
             raise KeyError(ids[int(np.argmax(slots < 0))])
         return slots
-
-    def ids_utf8(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The ids at ``slots`` (:meth:`slot_of`, each held) in UTF-8, back to back: int64
-        offsets (``len(slots) + 1``, from 0) and uint8 data, for callers that build
-        columns of them with no ``str`` per id. Cost O(len(slots) + their bytes), one
-        compiled copy."""
-        return self._ids.utf8(slots)
 
     def match(self, event: Mapping[str, Any]) -> set[str]:
         """The ids of the subscriptions ``event`` satisfies.
 
         Raises :class:`psmatch.errors.EventError` (a ``ValueError``) for an invalid event.
         """
-        return self.match_flat_batch([flatten_event(event)])[0]
+        return self._match_sets([flatten_event(event)])[0]
 
     def match_batch(self, events: Sequence[Mapping[str, Any]]) -> list[set[str]]:
         """One set of matching ids per event, in order.
@@ -300,39 +275,27 @@ class Matcher(ABC):
         event of the batch is matched (callers that must keep going validate events
         one by one with :func:`psmatch.events.flatten_event` first).
         """
-        return self.match_flat_batch(
+        return self._match_sets(
             [flatten_event(event, position=i) for i, event in enumerate(events)]
         )
 
-    def match_flat_batch(self, flat_events: Sequence[FlatEvent]) -> list[set[str]]:
-        """``match_batch`` for events already validated and flattened.
+    @property
+    def internal(self) -> SlotPath:
+        """The service's batch path into this matcher (:class:`SlotPath`): not part of the
+        library's face. O(1)."""
+        return SlotPath(self)
 
-        Each item must be what :func:`psmatch.events.flatten_event` returned for an
-        event; a caller that validates events one by one (to reject the bad ones and
-        keep going) matches its flat results here, so no event is flattened twice.
-        """
-        events, ids = self.match_flat_pairs(flat_events)
+    def _match_sets(self, flat_events: Sequence[FlatEvent]) -> list[set[str]]:
+        """One set of matching ids per flat event: the matches by event, cut into sets."""
+        events, slots = self._match_slots(flat_events)
+        ids = self._ids.ids_at(slots)
         bounds = np.searchsorted(events, np.arange(len(flat_events) + 1)).tolist()
         return [set(ids[a:b]) for a, b in pairwise(bounds)]
 
-    def match_flat_pairs(self, flat_events: Sequence[FlatEvent]
-                         ) -> tuple[np.ndarray, list[str]]:  # fmt: skip
-        """Every match of a batch of flat events as two columns, for callers that
-        process matches in bulk (the service builds its notifications with Arrow): the
-        event's index in ``flat_events`` (non-decreasing) and the subscription's id;
-        each (event, subscription) pair once.
-
-        Cost: the matching, then O(matches) in C loops; no set per event.
-        """
-        events, slots = self.match_flat_slots(flat_events)
-        return events, self._ids.ids_at(slots)
-
-    def match_flat_slots(self, flat_events: Sequence[FlatEvent]
-                         ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        """:meth:`match_flat_pairs` with each match's subscription as its slot
-        (:meth:`slot_of`) in an int64 array: nothing per match in Python, for callers
-        that keep what they need per subscription in columns by slot.
-        """
+    def _match_slots(self, flat_events: Sequence[FlatEvent]
+                     ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """The (event index, slot) of every match of flat events, by event, each pair
+        once, as int64 columns; the staged changes filed first."""
         if not flat_events:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         self._file_staged()
@@ -407,3 +370,84 @@ class Matcher(ABC):
     def _match_flat_pairs(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
         """The (event index, slot) of every match of the validated, flattened events,
         by event, each pair once."""
+
+
+class SlotPath:
+    """The service's batch path into a matcher: not part of the library's face.
+
+    The streaming worker keeps what it needs per subscription in columns by *slot* (the
+    dense number the matcher files a subscription under), loads subscriptions from their
+    normal forms' columns, and matches events it has already validated and flattened;
+    these are its entry points. Got from :attr:`Matcher.internal`; it holds nothing of
+    its own.
+    """
+
+    __slots__ = ("_matcher",)
+
+    def __init__(self, matcher: Matcher) -> None:
+        self._matcher = matcher
+
+    def add_columns(self, ids: Sequence[str], columns: SubscriptionColumns) -> None:
+        """Add the subscriptions whose normal forms ``columns`` holds
+        (:mod:`psmatch.language.encoding`), the i-th under ``ids[i]``, replacing any held
+        under those ids: what :meth:`Matcher.add_many` of their objects does, in one bulk
+        insert. The ids must be distinct, one per subscription (``ValueError`` before
+        anything changes).
+
+        A PS-Tree matcher files the columns as they are, with no object per predicate or
+        interval; the others build the subscriptions' objects first.
+        """
+        if len(ids) != len(columns) or len(set(ids)) != len(ids):
+            raise ValueError(f"add_columns takes one distinct id per subscription: "
+                             f"{len(set(ids))} distinct of {len(ids)} for {len(columns)}")
+        if not ids:
+            return
+        matcher = self._matcher
+        with matcher._bulk():
+            matcher._insert_columns(matcher._replace_ids(list(ids)), columns)
+
+    def slot_of(self, sub_id: str) -> int:
+        """The slot of ``sub_id`` (``KeyError`` if there is none): the number
+        :meth:`match_flat_slots` gives for its matches, fixed until it is removed or
+        replaced, and reused after that. Cost O(1)."""
+        return int(self._matcher._slots_of([sub_id])[0])
+
+    def slots_of(self, ids: Sequence[str]) -> np.ndarray:
+        """:meth:`slot_of` of each of ``ids``, as int64; ``KeyError`` naming the first
+        not held. Cost O(len(ids) + their bytes), one compiled probe each."""
+        return self._matcher._slots_of(ids)
+
+    def ids_utf8(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ids at ``slots`` (:meth:`slot_of`, each held) in UTF-8, back to back: int64
+        offsets (``len(slots) + 1``, from 0) and uint8 data, for callers that build
+        columns of them with no ``str`` per id. Cost O(len(slots) + their bytes), one
+        compiled copy."""
+        return self._matcher._ids.utf8(slots)
+
+    def match_flat_batch(self, flat_events: Sequence[FlatEvent]) -> list[set[str]]:
+        """:meth:`Matcher.match_batch` for events already validated and flattened.
+
+        Each item must be what :func:`psmatch.events.flatten_event` returned for an
+        event; a caller that validates events one by one (to reject the bad ones and
+        keep going) matches its flat results here, so no event is flattened twice.
+        """
+        return self._matcher._match_sets(flat_events)
+
+    def match_flat_pairs(self, flat_events: Sequence[FlatEvent]
+                         ) -> tuple[np.ndarray, list[str]]:  # fmt: skip
+        """Every match of a batch of flat events as two columns, for callers that
+        process matches in bulk: the event's index in ``flat_events`` (non-decreasing)
+        and the subscription's id; each (event, subscription) pair once.
+
+        Cost: the matching, then O(matches) in C loops; no set per event.
+        """
+        events, slots = self._matcher._match_slots(flat_events)
+        return events, self._matcher._ids.ids_at(slots)
+
+    def match_flat_slots(self, flat_events: Sequence[FlatEvent]
+                         ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """:meth:`match_flat_pairs` with each match's subscription as its slot
+        (:meth:`slot_of`) in an int64 array: nothing per match in Python, for callers
+        that keep what they need per subscription in columns by slot.
+        """
+        return self._matcher._match_slots(flat_events)

@@ -45,11 +45,9 @@ MERGE_MIN = 4096
 MERGE_FRACTION = 16
 """The delta is merged once it holds more than main's entries over this. The delta's
 sort and the merge's temporaries, a few words per delta entry, are the peak of a bulk
-build: a worker's catch-up of 1M BE-Gen subscriptions into PSTHash (23.3M hash table
-entries) peaked at 1,583-1,593 MiB with an eighth, 1,464-1,472 MiB with a sixteenth or
-a 32nd, in the same time within this machine's noise (PSTBloom's, 1,033-1,045 MiB
-either way, peaks elsewhere; docs/bench-streaming.md). Each entry then moves about this
-many times in a bulk build."""
+build, so a sixteenth rather than an eighth lowers a large PSTHash catch-up's peak in the
+same time (a 32nd gains nothing more). Each entry then moves about this many times in a
+bulk build."""
 COMPACT_BLOCK = 1 << 20
 """Entries a compaction's filter is asked about at once (:meth:`MultiMap.compact`)."""
 BITS_PER_KEY = 8
@@ -71,8 +69,8 @@ class KeyFilter:
 
     A key's bit is the top bits of its product with :data:`_FIBONACCI` (modulo 2**64),
     computed by the compiled loops (``src/psmatch/core/_kernels.c``) in one pass over the keys,
-    with no temporaries: at 100K BE-Gen subscriptions the numpy passes (multiply,
-    shift, gather, test) took 5.9 µs of the 51 µs an event's matching took in PSTHash."""
+    with no temporaries, where numpy passes (multiply, shift, gather, test) took about
+    a tenth of an event's matching in PSTHash."""
 
     def __init__(self, keys: np.ndarray, expected: int) -> None:
         bits = 1 << max(10, int(BITS_PER_KEY * expected - 1).bit_length())
@@ -103,10 +101,9 @@ class KeyDirectory:
     bucket where keys are spread evenly (space ids, pairs of them). A search is then a
     lookup of the bucket's start and a binary search of the bucket: at a million BE-Gen
     subscriptions, whose PSTHash table holds 20.5M keys, the numpy binary search of the
-    whole column cost a cache miss for most of its 24 halvings (the table's searches
-    for 4,000 events took 0.19-0.22 s with the directory, 0.33-0.36 s without, in one
-    process on 2026-11-27). Uneven keys only make
-    some buckets longer, never a search wrong. The directory refers to no column: it is
+    whole column cost a cache miss for most of its 24 halvings, and the directory cuts
+    the table's searches by about a third. Uneven keys only make some buckets longer,
+    never a search wrong. The directory refers to no column: it is
     built for one and must be used with it.
     """
 

@@ -44,16 +44,9 @@ from psmatch.language import Conjunct, Subscription
 
 WORK_BUDGET = 1 << 17
 """Work (candidate pairs, hits, counter cells) one chunk should do: 1 MiB per column. A
-chunk's columns, not the batch, set what matching allocates. For 5,000 BE-Gen events on
-1M subscriptions in batches of 1,000 (2026-11-30, the compiled loops; the most allocated
-at once by ``tracemalloc``, and CPU, two rounds): PSTBloom 22 MiB at this budget, 38 at
-twice it, 73 at four times (6.0-6.1, 6.1-6.2 and 6.1-6.5 s); PSTHash 22, 29 and 54 MiB
-(3.5-3.7, 3.5 and 3.4-3.5 s). A smaller budget costs a few numpy calls more per event,
-within this machine's noise. In a worker's matching at 1M PSTBloom subscriptions twice
-this budget took about 45 MiB off the peak against eight times it (docs/bench-streaming.md,
-stop 41); this one, matching 2,000 events at a time and writing their notifications to
-a real broker, peaked 3-6 MiB lower in matching than twice it (312-318 MiB against
-320-322), at 1.83-2.06 s a batch against 1.69-1.79 (stop 44, scratch)."""
+chunk's columns, not the batch, set what matching allocates: a larger budget raises what
+matching allocates at once nearly in proportion for little time gained, and a smaller one
+costs a few numpy calls more per event."""
 CELL_BUDGET = 1 << 22
 """Most cells of a chunk's dense per-event tables (16 MiB of int32)."""
 FIRST_CHUNK = 16

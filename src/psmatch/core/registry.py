@@ -23,7 +23,7 @@ every indexed matcher files each conjunct under a dense integer *conjunct id*
   (:attr:`ConjunctRegistry.purge_due`) when the removed cids exceed
   :data:`PURGE_MIN` and an eighth of the live ones (:data:`PURGE_SHARE`), so a stale
   posting can never name a new conjunct, what is dead stays within about a ninth of
-  every structure (issue 9: churn keeps memory near a fresh build), and purges cost
+  every structure (churn keeps memory near a fresh build), and purges cost
   amortised O(1) per removal;
 * *memory accounting*: :attr:`ConjunctRegistry.nbytes`.
 """

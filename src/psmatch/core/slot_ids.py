@@ -7,14 +7,12 @@ Owns :class:`SlotIds`: the ids' UTF-8 in a :class:`psmatch.core.slot_bytes.SlotB
 table of slots (linear probing), searched and updated by compiled loops a batch of ids
 at a time.
 
-Why not a ``dict`` and a ``list``: at 1M subscriptions they took 117 MiB (a ``str`` and
-an ``int`` object per id, the dict's table and the list), a tenth of a worker's memory.
-These columns, for 1M ids of 11 characters put 10,000 at a time, take 37 MiB, spare
-capacity included (per id: at most 8 bytes of table while ids are only added, 4 of hash,
-8 of start, 4 of length, and the id's own bytes). They took 50 MiB with a table of a
-power of two entries rebuilt at four per id (16 MiB of it, 7.3 at any size rebuilt at
-two per id) and a 64-bit hash; finding the 1M ids took 0.23 s then, against 0.25 now,
-and 1M ids not held 0.30 s against 0.36 (2026-11-30, scratch, best of three).
+Why not a ``dict`` and a ``list``: a ``str`` and an ``int`` object per id, the dict's
+table and the list take about three times these columns, which per id hold at most 8
+bytes of table while ids are only added, 4 of hash, 8 of start, 4 of length, and the
+id's own bytes. The table has any number of entries, rebuilt at two per id held (not a
+power of two rebuilt at four), and the hash is 32 bits (not 64): less memory for
+slightly slower probes.
 """
 
 from __future__ import annotations

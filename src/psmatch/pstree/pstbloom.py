@@ -135,10 +135,8 @@ class PSTBloomMatcher(ForestMatcher):
         (:meth:`_signed`): the first counts each space's members with a running sum over
         the layout (no list of members) and marks the signed predicates in the conjuncts'
         masks, rewritten in place, which sizes the filters; the second sets the members'
-        bits. The temporaries are those of one block, whatever the index: at 1M BE-Gen
-        subscriptions it allocates 22 MiB at most, 14 of them the new pool, where blocks
-        of 32,768 conjuncts, a list of the live ones and a new column of masks took 59
-        MiB (docs/bench-streaming.md, stop 42). Until it returns, the index stays
+        bits. The temporaries are those of one block, whatever the index, not a list of
+        all live conjuncts and a new column of masks. Until it returns, the index stays
         stale (:meth:`_signatures_stale`): a build that raised is done again before the
         next match. Cost O(total spaces covered by signed predicates + spaces x blocks),
         vectorised.

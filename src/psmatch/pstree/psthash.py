@@ -54,11 +54,11 @@ MAX_KEYS = 32
 """Most 2-dim spaces one conjunct may be filed under; beyond it, the fallback path.
 
 A conjunct's keys are the product of its two access predicates' space counts, so a few
-wide conjuncts hold most of the table: at 1M BE-Gen subscriptions (matching probability
-0.01 %) with a cap of 256, the 15 % of hashed conjuncts over 64 keys held 72 % of its
-23.3M entries. With the fallback lists keyed by the second tree, those conjuncts cost an
-event little there, and a cap of 32 left 3.7M entries: the index 464 MiB instead of 833,
-matching 0.29 ms per event instead of 0.34 (docs/matching.md, PSTHash)."""
+wide conjuncts hold most of the table: on BE-Gen workloads the few hashed conjuncts over
+64 keys hold most of its entries. With the fallback lists keyed by the second tree, those
+conjuncts cost an event little there, and a cap of 32 rather than 256 keeps a fraction of
+the entries: the index about half the memory and matching faster (docs/matching.md,
+PSTHash)."""
 NO_TREE = 0xFFFFFFFF
 """Second tree of a fallback key whose conjunct has a single predicate."""
 _LOW = 0xFFFFFFFF
@@ -240,8 +240,8 @@ class PSTHashMatcher(ForestMatcher):
         their bucket's key (:func:`pair_key` of their spaces). The entries come sorted by
         event, then tree (:class:`psmatch.pstree.matcher.ForestBatch`), as the compiled
         :func:`psmatch.pstree.kernels.hashed_pair_entries` that pairs them needs. Cost:
-        the kernel's (sorting the entries again here took 2.1 of the 57 µs an event's
-        matching took at 100K BE-Gen subscriptions, docs/bench-streaming.md, stop 39).
+        the kernel's (sorting the entries again here would add a few percent to an
+        event's matching).
         """
         empty = np.empty(0, dtype=np.int64)
         if not len(self._tree_pairs) or not len(ev):

@@ -19,8 +19,7 @@ from psmatch.pstree.kernels import ROW_HI, ROW_LO, ROW_TREE
 
 ROW_BLOCK = 1 << 18
 """Rows :meth:`PredicateRows.compact_rows` moves at once: its temporaries, a few int64
-columns, are a block's (a compaction's first block of 2^20 rows took 81 MiB at 1M
-BE-Gen subscriptions, of 2^18 about a quarter of it)."""
+columns, are a block's, so a smaller block lowers a compaction's peak in proportion."""
 ROW_DTYPE = np.dtype({"names": ["tree", "lo", "hi"], "formats": [np.int32] * 3,
                       "offsets": [4 * ROW_TREE, 4 * ROW_LO, 4 * ROW_HI]})
 """A predicate row of :attr:`PredicateRows.rows`: its tree, its low end and the bound code
@@ -170,9 +169,9 @@ class PredicateRows:
         In place: the live conjuncts, in the order of their rows, move their rows left
         over the dead ones about :data:`ROW_BLOCK` rows at a time (a row only moves left,
         so no block overwrites rows a later block has still to read), and the columns
-        are then shrunk. The temporaries are a block's and a column of the live cids:
-        expanded and copied whole, they raised a 1M worker's peak by 230 MiB at each
-        purge under churn. What they freed is given back to the system at the end, as
+        are then shrunk. The temporaries are a block's and a column of the live cids, not
+        every row expanded and copied whole, which would raise a large worker's peak at
+        each purge under churn. What they freed is given back to the system at the end, as
         :meth:`psmatch.core.multimap.MultiMap.compact` does."""
         cids = cids[np.argsort(self.pred_start.view()[cids], kind="stable")]
         ends = np.cumsum(self.pred_count.view()[cids], dtype=np.int64)

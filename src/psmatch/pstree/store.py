@@ -104,7 +104,7 @@ def count_cover(forest: Forest, first: np.ndarray, count: np.ndarray, layout: np
     if int(count.sum()) <= len(layout):
         _, covered = expand_ranges(first, count)
         # the counter's own type: with a Python int, ``np.add.at`` casts each entry
-        # (about 30 times slower)
+        # (many times slower)
         np.add.at(counter, layout[covered], counter.dtype.type(step))
         return
     delta = np.bincount(first, minlength=len(layout) + 1)

@@ -4,7 +4,7 @@
 to the batch's version first (:func:`psmatch.service.index_cache.sync_index`). It
 decodes and validates each event on its own inside a per-record barrier (whatever one
 event raises makes it a rejected record, the others go on), matches the valid, already
-flattened events with ``match_flat_slots`` and emits the notification records (written
+flattened events with ``internal.match_flat_slots`` and emits the notification records (written
 from the heads by slot and the events' tails,
 :meth:`psmatch.service.records.notifications.NotificationHeads.join`) and the rejected
 ones, all as Arrow batches of :data:`~psmatch.service.task_contract.OUTPUT_SCHEMA`,
@@ -69,8 +69,8 @@ def match_rows(
 
     Each event is decoded and validated on its own, inside a barrier: whatever it raises
     makes it a rejected record and the others go on. The valid ones are matched together
-    (:meth:`psmatch.core.matcher.Matcher.match_flat_slots`). Yields the output records as batches of
-    :data:`OUTPUT_SCHEMA`: the notifications, :data:`RECORDS_CHUNK` matches at a time,
+    (:meth:`psmatch.core.matcher.SlotPath.match_flat_slots`). Yields the output records as
+    batches of :data:`OUTPUT_SCHEMA`: the notifications, :data:`RECORDS_CHUNK` matches at a time,
     each chunk assembled by Arrow (:func:`notification_records`) only once the one
     before it was taken, then the rejects. So a consumer that writes each batch before
     it asks for the next holds one chunk of records, however many subscriptions the
@@ -146,10 +146,10 @@ def notification_records(
     for enormous batches: see ``NotificationHeads.join``).
 
     Cost O(matches), nothing per match in Python: the keys copied by slot from the
-    matcher's ids (:meth:`psmatch.core.matcher.Matcher.ids_utf8`) and the values written
+    matcher's ids (:meth:`psmatch.core.matcher.SlotPath.ids_utf8`) and the values written
     from them by ``NotificationHeads.join``.
     """
-    ids = index.matcher.ids_utf8(slots)
+    ids = index.matcher.internal.ids_utf8(slots)
     keys = binary_column(*ids)
     batches = []
     start = 0
@@ -166,12 +166,12 @@ def notification_records(
 def _match(
     matcher: Matcher, flat_events: list[FlatEvent]
 ) -> tuple[np.ndarray, np.ndarray, dict[int, Exception]]:
-    """The matches of a batch, as :meth:`psmatch.core.matcher.Matcher.match_flat_slots`
+    """The matches of a batch, as :meth:`psmatch.core.matcher.SlotPath.match_flat_slots`
     gives them, and the events the matcher raised on (by index). Should it raise on the
     batch (a bug, or an event it cannot handle), each event is matched alone, so only
     the events that raise are rejected."""
     try:
-        events, slots = matcher.match_flat_slots(flat_events)
+        events, slots = matcher.internal.match_flat_slots(flat_events)
         return events, slots, {}
     except Exception:  # the per-record barrier: find the culprits
         log.exception("matching a batch of %d events failed; matching them one by one",
@@ -181,7 +181,7 @@ def _match(
     failed: dict[int, Exception] = {}
     for i, flat in enumerate(flat_events):
         try:
-            _, slots = matcher.match_flat_slots([flat])
+            _, slots = matcher.internal.match_flat_slots([flat])
         except Exception as exc:
             failed[i] = exc
             continue

@@ -7,7 +7,7 @@ Owns :class:`WorkerIndex` and how stored subscriptions go into it (no I/O: the c
 time, each stored subscription decoded inside a per-record barrier (one that cannot be
 decoded is left out and logged). A chunk's normal forms, which the driver wrote beside
 the records in the change log, are read into columns at once and filed from them
-(``Matcher.add_columns``), not parsed again; should the matcher's bulk insert itself
+(``matcher.internal.add_columns``), not parsed again; should the matcher's bulk insert itself
 raise, :meth:`WorkerIndex.put` files one subscription at a time, so that only the
 culprits are left out.
 """
@@ -123,7 +123,7 @@ class WorkerIndex:
     def _load_chunk(self, chunk: dict[str, tuple[str, str | None]], left_out: list[str]
                     ) -> None:  # fmt: skip
         """Index a chunk of distinct ids' stored subscriptions: those with a normal form
-        read into columns all at once and added from them (``Matcher.add_columns``,
+        read into columns all at once and added from them (``matcher.internal.add_columns``,
         no object per predicate), the others parsed (``add_many``). Each record is
         decoded inside the per-record barrier: one that cannot be (the driver validated
         it, so only a hand-edited Redis or a bug) is logged and its id put in
@@ -159,9 +159,9 @@ class WorkerIndex:
                     left_out.append(sub_id)
                     _log_left_out(sub_id, exc)
         else:
-            self.matcher.add_columns(ids, columns)
+            self.matcher.internal.add_columns(ids, columns)
         self.matcher.add_many(parsed)
-        self.heads.put_many(self.matcher.slots_of(list(heads)), list(heads.values()))
+        self.heads.put_many(self.matcher.internal.slots_of(list(heads)), list(heads.values()))
 
     def put(self, sub_id: str, stored: str) -> None:
         """Index one stored subscription, inside the per-record barrier: one the matcher
@@ -177,13 +177,13 @@ class WorkerIndex:
             self.delete([sub_id])
             _log_left_out(sub_id, exc)
             return
-        self.heads.put(self.matcher.slot_of(sub_id), head)
+        self.heads.put(self.matcher.internal.slot_of(sub_id), head)
 
     def delete(self, sub_ids: list[str]) -> None:
         """Remove those of ``sub_ids`` the matcher holds (an id may come twice), with
         their heads, in one bulk removal (``Matcher.remove_many``)."""
         held = [sub_id for sub_id in dict.fromkeys(sub_ids) if sub_id in self.matcher]
-        self.heads.clear_many(self.matcher.slots_of(held))
+        self.heads.clear_many(self.matcher.internal.slots_of(held))
         self.matcher.remove_many(held)
 
     def check(self) -> None:
@@ -193,6 +193,6 @@ class WorkerIndex:
         self.matcher.check()
         self.heads.check()
         for sub_id in self.matcher:
-            head = self.heads.get(self.matcher.slot_of(sub_id))
+            head = self.heads.get(self.matcher.internal.slot_of(sub_id))
             assert head is not None, sub_id
             check_head(head)

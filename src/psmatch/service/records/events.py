@@ -38,7 +38,7 @@ def event_id(key: bytes | None, topic: str, partition: int, offset: int) -> str:
 
 def parse_event(value: bytes | None, limits: RecordLimits = DEFAULT_LIMITS) -> FlatEvent:
     """Validate an event record's value; returns the flattened event the matcher takes
-    (:meth:`psmatch.core.matcher.Matcher.match_flat_batch`), so no event is flattened twice.
+    (:meth:`psmatch.core.matcher.SlotPath.match_flat_batch`), so no event is flattened twice.
 
     Cost: O(value size); the string-length check loops over the attributes only when
     the value is longer than ``limits.max_string_length``.

@@ -295,7 +295,7 @@ class NotificationHeads:
     def join(self, slots: np.ndarray, ids: tuple[np.ndarray, np.ndarray], tails: list[bytes],
              events: np.ndarray) -> list[pa.BinaryArray]:  # fmt: skip
         """The notification value of each match ``i``: its subscription's id (row ``i``
-        of ``ids``, the matches' ids as :meth:`psmatch.core.matcher.Matcher.ids_utf8`
+        of ``ids``, the matches' ids as :meth:`psmatch.core.matcher.SlotPath.ids_utf8`
         gives them: int64 offsets and UTF-8 data), the head at ``slots[i]`` and
         ``tails[events[i]]``, in order, as ``binary`` columns of at most
         :data:`MAX_VALUE_BYTES` each (one but for enormous batches).
