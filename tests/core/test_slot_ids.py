@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from psmatch.core.slot_bytes import joined
-from psmatch.core.slot_ids import SlotIds, _hash_ranges
+from psmatch.core.slot_ids import SlotIds, hash_ranges
 
 
 def test_ids_are_found_by_value_and_read_back_by_slot() -> None:
@@ -72,7 +72,7 @@ def test_the_table_is_rebuilt_at_two_entries_per_id_and_used_at_most_seventy_per
 
 def test_ids_whose_32_bit_hashes_are_equal_are_told_apart_by_their_bytes() -> None:
     colliding = ["sub-22107", "sub-212049"]  # found among 300,000 such ids
-    hashes = _hash_ranges(*joined([sub_id.encode() for sub_id in colliding]))
+    hashes = hash_ranges(*joined([sub_id.encode() for sub_id in colliding]))
     assert hashes[0] == hashes[1]
     ids = SlotIds()
     ids.put_many(np.array([7]), colliding[:1])

@@ -59,7 +59,7 @@ class SlotIds:
         data, offsets = joined(_encode(ids))
         buffer, start, length = self._bytes.columns()
         return _find(self._table, self._hash.data, buffer, start, length, data, offsets,
-                     _hash_ranges(data, offsets))  # fmt: skip
+                     hash_ranges(data, offsets))  # fmt: skip
 
     def get(self, sub_id: str) -> int:
         """The slot of ``sub_id``, -1 if it is not held. Cost O(1) (:meth:`find` of one)."""
@@ -73,7 +73,7 @@ class SlotIds:
         data, offsets = joined(_encode(ids))
         self._bytes.put_joined(slots, data, offsets)
         self._hash.grow_to(int(slots.max(initial=-1)) + 1)
-        self._hash.data[slots] = _hash_ranges(data, offsets)
+        self._hash.data[slots] = hash_ranges(data, offsets)
         self._count += len(slots)
         if (self._count + self._deleted) > _MAX_LOAD * len(self._table):
             self._rebuild()
@@ -140,7 +140,7 @@ class SlotIds:
         held = self.held_slots()
         assert len(held) == self._count, (len(held), self._count)
         offsets, data = self._bytes.gather(held)
-        assert (self._hash.data[held] == _hash_ranges(data, offsets)).all(), "a stale hash"
+        assert (self._hash.data[held] == hash_ranges(data, offsets)).all(), "a stale hash"
         in_table = np.sort(self._table[self._table >= 0]).astype(np.int64)
         assert np.array_equal(in_table, held), "the table does not hold the held slots"
         assert int((self._table == _DELETED).sum()) == self._deleted
@@ -160,7 +160,7 @@ def _encode(ids: Sequence[str]) -> list[bytes]:
                         ) from None  # fmt: skip
 
 
-def _hash_ranges(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def hash_ranges(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The hash of each ``data[offsets[i]:offsets[i + 1]]``: the high half of its 64-bit
     FNV-1a (a probe compares an id's bytes only when the hashes are equal, one time in
     2**32 for another id)."""
