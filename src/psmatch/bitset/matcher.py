@@ -29,17 +29,18 @@ and about 37 bytes per predicate and 34 per interval in the rows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
 
 from psmatch.bitset.cells import Dimension, clear_bits, set_bits
 from psmatch.bitset.rows import PredicateRows, bound_keys
-from psmatch.core.columns import GrowableArray, expand_ranges, find_sorted, group_pairs
+from psmatch.core.columns import GrowableArray, expand_ranges, find_sorted
 from psmatch.core.matcher import MatcherStats
 from psmatch.core.pipeline import Batch, Candidates, IndexedMatcher
 from psmatch.events import FlatEvent
-from psmatch.language import Conjunct, Kind
+from psmatch.language import KIND_OF_CLASS, Conjunct, Kind
 
 EVENTS_AT_ONCE = 64
 """Events whose fail bitsets are ORed together, a block of words at a time."""
@@ -78,6 +79,7 @@ class BitsetMatcher(IndexedMatcher):
         self.void = np.full(1, ~np.uint64(0), dtype=np.uint64)
         self.sparse_n = GrowableArray(np.int32)  # per cid: predicates on sparse dimensions
         self._dirty: set[int] = set()
+        self._cuts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -111,11 +113,12 @@ class BitsetMatcher(IndexedMatcher):
             self._dirty.add(index)
 
     def _reserve(self, ids: int) -> None:
-        """Widen every bitset to hold ``ids`` conjunct ids (doubling: amortised O(1)
-        words per id)."""
+        """Widen every bitset to hold ``ids`` conjunct ids, by a quarter at least:
+        amortised O(1) copies of each word, and the capacity stays within a quarter of
+        the ids (churn keeps up to a ninth of them dead until the purge)."""
         if ids <= 64 * self.words:
             return
-        words = max(2 * self.words, -(-ids // 64))
+        words = max(self.words + self.words // 4, -(-ids // 64))
         void = np.full(words, ~np.uint64(0), dtype=np.uint64)
         void[: self.words] = self.void
         self.void, self.words = void, words
@@ -138,6 +141,8 @@ class BitsetMatcher(IndexedMatcher):
     def _refresh(self) -> None:
         """File what the dimensions hold pending; re-cut those due."""
         sparse_n = self.sparse_n.data
+        if self._dirty:
+            self._cuts = None
         for index in sorted(self._dirty):
             up, down = self.dims[index].refresh(self.table, self.words)
             sparse_n[up] += 1
@@ -151,36 +156,68 @@ class BitsetMatcher(IndexedMatcher):
 
     def _begin(self, events: list[FlatEvent]) -> BitsetBatch:
         """Refresh, then locate every event's values: their keys and cells per
-        dimension. Cost O(pairs) plus O(log cells) per value, one Python step per
-        string value and per int past 2**53."""
+        dimension. Cost O(pairs) in C loops and a few numpy passes (the cells of every
+        dimension by one search of all cuts), one Python step per string value and per
+        int past 2**53."""
         self._refresh()
         batch = BitsetBatch(events, 0)
-        present = group_pairs(events, self.dim_of)
-        ndims = max(len(self.dims), 1)
-        keys, cells, fs, ds = [], [], [], []
-        for index, dim in enumerate(self.dims):
-            rows, values = present.get(index, (np.empty(0, np.int64), None))
-            if len(rows):
-                f, d = bound_keys(values.tolist(), dim.kind)
-                cell = dim.cell_of(f) if dim.dense else np.zeros(len(rows), np.int64)
-                keys.append(rows * ndims + index)
-                cells.append(cell)
-                fs.append(f)
-                ds.append(d)
-            if dim.dense:
-                at = np.full(len(events), dim.cells, dtype=np.int64)
-                if len(rows):
-                    at[rows] = cell
-                batch.dense.append((dim, at))
-            elif dim.live and len(rows):
-                batch.sparse.append((dim, rows))
-        if keys:
-            order = np.argsort(np.concatenate(keys))
-            batch.keys = np.concatenate(keys)[order]
-            batch.cell = np.concatenate(cells)[order]
-            batch.f = np.concatenate(fs)[order]
-            batch.d = np.concatenate(ds)[order]
+        attributes = chain.from_iterable(events)
+        values = list(chain.from_iterable(map(dict.values, events)))
+        kinds = list(map(KIND_OF_CLASS.__getitem__, map(type, values)))
+        index = np.fromiter(map(self.dim_of.get, zip(attributes, kinds, strict=True),
+                                repeat(-1)), dtype=np.int64, count=len(values))
+        rows = np.repeat(np.arange(len(events), dtype=np.int64), list(map(len, events)))
+        kept = np.flatnonzero(index >= 0)
+        rows, index = rows[kept], index[kept]
+        kept_values = [values[i] for i in kept.tolist()]
+        strings = np.fromiter((kinds[i] is Kind.STRING for i in kept.tolist()), np.bool_,
+                              len(kept))
+        f, d = np.zeros(len(kept)), np.zeros(len(kept), dtype=np.int64)
+        for kind, at in ((Kind.NUMBER, np.flatnonzero(~strings)),
+                         (Kind.STRING, np.flatnonzero(strings))):
+            if len(at):
+                f[at], d[at] = bound_keys([kept_values[i] for i in at.tolist()], kind)
+        cuts, offsets, dense_at = self._all_cuts()
+        cell = np.zeros(len(kept), dtype=np.int64)
+        on_dense = dense_at[index] >= 0
+        if on_dense.any():
+            place = np.searchsorted(cuts, index[on_dense] + 1j * f[on_dense], side="right")
+            cell[on_dense] = place - offsets[index[on_dense]]
+        dense = [i for i, dim in enumerate(self.dims) if dim.dense]
+        table = np.repeat(np.array([self.dims[i].cells for i in dense], np.int64)[:, None],
+                          len(events), axis=1)
+        table[dense_at[index[on_dense]], rows[on_dense]] = cell[on_dense]
+        batch.dense = [(self.dims[i], table[j]) for j, i in enumerate(dense)]
+        sparse = np.flatnonzero(~on_dense)
+        if len(sparse):
+            order = sparse[np.argsort(index[sparse], kind="stable")]
+            starts = np.flatnonzero(np.diff(index[order], prepend=-1))
+            for a, b in zip(starts.tolist(), [*starts[1:].tolist(), len(order)], strict=True):
+                dim = self.dims[int(index[order[a]])]
+                if dim.live:
+                    batch.sparse.append((dim, rows[order[a:b]]))
+        order = np.argsort(rows * max(len(self.dims), 1) + index)
+        batch.keys = (rows * max(len(self.dims), 1) + index)[order]
+        batch.cell, batch.f, batch.d = cell[order], f[order], d[order]
         return batch
+
+    def _all_cuts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every dense dimension's cuts as one sorted complex column (dimension + 1j x
+        cut: numpy orders complex numbers lexicographically), where each dimension's
+        start is, and each dimension's position among the dense ones (-1: sparse).
+        Rebuilt after a refresh changed a cut. O(cuts)."""
+        if self._cuts is None:
+            dense_at = np.full(max(len(self.dims), 1), -1, dtype=np.int64)
+            parts, offsets, total = [], np.zeros(max(len(self.dims), 1), np.int64), 0
+            for i, dim in enumerate(self.dims):
+                offsets[i] = total
+                if dim.dense:
+                    dense_at[i] = len(parts)
+                    parts.append(i + 1j * dim.cuts)
+                    total += len(dim.cuts)
+            cuts = np.concatenate(parts) if parts else np.empty(0, np.complex128)
+            self._cuts = (cuts.astype(np.complex128), offsets, dense_at)
+        return self._cuts
 
     def _candidates(self, batch: Batch, first: int, last: int) -> Candidates:
         assert isinstance(batch, BitsetBatch)

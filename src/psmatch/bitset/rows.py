@@ -45,7 +45,7 @@ def bound_keys(values: list, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
                 np.fromiter((p[1] for p in pairs), np.int64, n))
     f = np.array([0 if v is None else v for v in values], dtype=np.float64)
     d = np.zeros(n, dtype=np.int64)
-    for i in np.flatnonzero(np.abs(f) > EXACT_INT).tolist():
+    for i in np.flatnonzero(np.abs(f) >= EXACT_INT).tolist():
         v = values[i]
         if v.__class__ is int:
             d[i] = v - int(f[i])
@@ -184,7 +184,7 @@ class PredicateRows:
                        self.lo_cell, self.hi_cell, self.hull_lo, self.hull_hi):
             column.replace(column.view()[kept])
         self.iv_start.replace(new_start)
-        held = self.row_count.view() > 0
+        held = np.flatnonzero(self.row_count.view() > 0)
         self.first_row.data[held] = remap[self.first_row.data[held]]
         del iv_owner
         return remap
