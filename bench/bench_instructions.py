@@ -83,6 +83,21 @@ toggle.dump()
 """
 
 
+SECTION = """\
+## Single adds and matches, counted in instructions
+
+The CPU time of one single `add` moves by half between runs on a shared machine, so
+`bench/bench_instructions.py` counts instructions instead, under callgrind with
+`PYTHONHASHSEED=0` and the instrumentation on only around the measured steps: one
+`match_batch` of the events, single adds of pre-parsed subscriptions, and the same match
+again, whose difference from the first is the work the adds deferred to the next read
+(*deferred*: staged adds are filed there); then adds each followed by a `match` of one
+event, less as many of those matches alone (*add read at once*: an add whose filing no
+other add shares). The counts are deterministic.
+"""
+"""The head of the page's section: what the table counts."""
+
+
 def _totals(out: Path) -> list[int]:
     """The instruction totals of dumps 1 to 5 of one callgrind run."""
     totals = []
@@ -146,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
             tree = workdir / f"rev{len(trees)}"
             subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree),
                             revision], check=True, capture_output=True)
-            trees[revision] = tree
+            # the table names the commit measured, not a name that moves (HEAD, a branch)
+            commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                                    check=True, capture_output=True, text=True).stdout.strip()
+            trees[commit] = tree
             build_extensions(tree)
         try:
             rows = ["| matcher | revision | add (M instr) | deferred | add + deferred "
@@ -168,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.docs:
         command = " ".join(argv if argv is not None else sys.argv[1:])
         replace_section(args.docs / "benchmarks.md", "bench_instructions", (
-            "<!-- not executed: callgrind runs of 1-5 minutes each per revision and matcher -->\n"
-            f"```sh\n.venv/bin/python bench/bench_instructions.py {command}\n```\n\n"
+            f"{SECTION}\n<!-- not executed: a callgrind run of minutes per revision and matcher -->"
+            f"\n```sh\n.venv/bin/python bench/bench_instructions.py {command}\n```\n\n"
+            f"After `add_many` of {args.subscriptions:,} BE-Gen subscriptions, {args.events} "
+            f"events and {args.adds} adds; millions of instructions:\n\n"
             + "\n".join(rows)))  # fmt: skip
     return 0
 

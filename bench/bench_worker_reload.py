@@ -6,8 +6,9 @@ what a Spark Python worker does in :func:`psmatch.service.index_cache.sync_index
 fresh Python process (as a new worker), reporting its wall and CPU time and its peak
 resident memory:
 
-1. *full reload + snapshot write*: a worker with no index reads every subscription from
-   Redis, builds its matcher and writes its index snapshot (:mod:`psmatch.service.snapshots`);
+1. *a worker with no index*: it builds its matcher from the state (from the whole change
+   log while that holds every change since the empty state, which parses nothing; else
+   from every subscription) and writes its index snapshot (:mod:`psmatch.service.snapshots`);
 2. ``--changes`` puts are then applied to the state (each replacing a subscription),
    validated as the job validates them, their normal forms logged beside them;
 3. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
@@ -133,7 +134,8 @@ def main() -> int:
             f"| step ({args.matcher}, {len(subs):,} BE-Gen subscriptions, matching probability "
             f"{args.matching_probability}; each a new process) | wall | CPU | peak RSS |\n"
             "| --- | --- | --- | --- |\n"
-            f"| full reload from Redis + snapshot write ({size / 1e6:,.0f} MB) | "
+            f"| a worker with no index: built from the {reload['built_from']} + snapshot "
+            f"write ({size / 1e6:,.0f} MB) | "
             f"{reload['wall_s']:.1f} s | {reload['cpu_s']:.1f} s | "
             f"{reload['peak_rss'] / mib:,.0f} MiB |\n"
             f"| a new worker: snapshot loaded + {args.changes:,} changes replayed | "
