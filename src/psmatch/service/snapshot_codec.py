@@ -74,6 +74,7 @@ import re
 import sys
 import types
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -97,6 +98,7 @@ SHELL_KINDS = frozenset({"list", "dict", "set", "object", "state", "objects", "b
 """Entries created before any is filled: an entry may refer to these before their place."""
 NESTED_KINDS = frozenset({"tuple", "frozenset", "namedtuple"})
 """Entries built from their values, so only from entries before them."""
+_INLINE = frozenset({bool, int, float, str})
 _SMALL_INT = 1 << 63  # larger ints are written in hex: JSON readers differ beyond 64 bits
 _FOREIGN_BASES = frozenset({object, abc.ABC, typing.Generic})
 
@@ -257,14 +259,18 @@ def encode(root: object) -> Encoded:
     return _Encoder().run(root)
 
 
-_Trail = tuple[Any, str] | None  # the path to an object, as (parent's path, step)
+_Trail = tuple[Any, Any] | None  # the path to an object, as (parent's path, step)
+_Children = Iterable[tuple[Any, object]]  # (step, child) pairs
 
 
 def _render(path: _Trail) -> str:
+    """``root`` and the steps to an object: ``[i]`` an item, ``[key]`` a dict's value,
+    ``.name`` an attribute (steps are ints, 1-tuples of the key, or the text)."""
     steps: list[str] = []
     while path is not None:
         path, step = path
-        steps.append(step)
+        steps.append(f"[{step}]" if type(step) is int else f"[{step[0]!r}]"
+                     if type(step) is tuple else step)  # fmt: skip
     return "root" + "".join(reversed(steps))
 
 
@@ -288,7 +294,7 @@ class _Encoder:
             finish, obj, path = stack.pop()
             if finish:
                 self._finish(obj, path)
-            elif not self._inline(obj) and id(obj) not in self.number:
+            elif id(obj) not in self.number and not self._inline(obj):
                 if id(obj) in self.started:
                     if self.started[id(obj)][0] in NESTED_KINDS:
                         raise EncodeError(f"a cycle through a tuple at {_render(path)}")
@@ -297,7 +303,8 @@ class _Encoder:
                 self.started[id(obj)] = (kind, held)
                 self.keep.append(obj)
                 stack.append((True, obj, path))
-                stack.extend((False, child, (path, step)) for step, child in children)
+                stack.extend((False, child, (path, step)) for step, child in children
+                             if child is not None and type(child) not in _INLINE)  # fmt: skip
         entries = [self._entry(*self.started[i]) for i in self.order]
         layouts = sorted(self.classes, key=self.classes.__getitem__)
         description = {
@@ -312,7 +319,7 @@ class _Encoder:
 
     @staticmethod
     def _inline(obj: object) -> bool:
-        return obj is None or type(obj) in (bool, int, float, str)
+        return obj is None or type(obj) in _INLINE
 
     def _value(self, obj: object) -> object:
         if type(obj) is int and not -_SMALL_INT < obj < _SMALL_INT:  # type: ignore[operator]
@@ -324,15 +331,15 @@ class _Encoder:
     def _layout(self, cls: type, names: tuple[str, ...] | None) -> int:
         return self.classes.setdefault((cls, names), len(self.classes))
 
-    def _start(self, obj: object, path: _Trail) -> tuple[str, Any, list[tuple[str, object]]]:
+    def _start(self, obj: object, path: _Trail) -> tuple[str, Any, _Children]:
         """The entry kind of ``obj``, what its entry holds, and its children by step."""
         cls = type(obj)
         if cls in (list, tuple, set, frozenset):
             items = list(obj)  # type: ignore[call-overload]
-            return cls.__name__, items, [(f"[{i}]", x) for i, x in enumerate(items)]
+            return cls.__name__, items, enumerate(items)
         if cls is dict:
             pairs = list(obj.items())  # type: ignore[attr-defined]
-            return "dict", pairs, [(f"[{k!r}]", x) for k, v in pairs for x in (k, v)]
+            return "dict", pairs, [((k,), x) for k, v in pairs for x in (k, v)]
         if cls is np.ndarray:
             return self._array(obj, path)  # type: ignore[arg-type]
         if cls in (bytes, bytearray):
@@ -345,11 +352,10 @@ class _Encoder:
         raise EncodeError(f"cannot store {cls.__module__}.{cls.__qualname__} at "
                           f"{_render(path)}")  # fmt: skip
 
-    def _array(self, obj: np.ndarray, path: _Trail) -> tuple[str, Any, list[tuple[str, object]]]:
+    def _array(self, obj: np.ndarray, path: _Trail) -> tuple[str, Any, _Children]:
         if obj.dtype == object:
             items = obj.reshape(-1).tolist() if obj.ndim else [obj.item()]
-            return "objects", (list(obj.shape), items), [(f"[{i}]", x) for i, x in
-                                                        enumerate(items)]  # fmt: skip
+            return "objects", (list(obj.shape), items), enumerate(items)
         code = _dtype_code(obj.dtype)
         if code is None:
             raise EncodeError(f"cannot store an array of dtype {obj.dtype} at {_render(path)}")
@@ -361,7 +367,7 @@ class _Encoder:
         self.buffers.append((kind, code, shape, view))
         return len(self.buffers) - 1
 
-    def _instance(self, obj: Any, path: _Trail) -> tuple[str, Any, list[tuple[str, object]]]:
+    def _instance(self, obj: Any, path: _Trail) -> tuple[str, Any, _Children]:
         cls = type(obj)
         kind = class_kind(cls)
         if kind == "enum":
