@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import random
 import re
 import signal
@@ -23,12 +22,14 @@ import psutil
 import pytest
 from kafka import KafkaConsumer
 
+from psmatch import make_matcher
 from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.devservers.process import free_port
 from psmatch.devservers.standalone import StandaloneCluster
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import prepare, snapshot_dir
 from psmatch.service.shards import Shard, shard_of
+from psmatch.service.snapshot_decoder import Decoder
 from psmatch.service.snapshots import snapshot_path
 from tests.deploy.conftest import JobProcess
 from tests.service.test_end_to_end import expected_matches, random_events
@@ -143,13 +144,16 @@ def test_the_job_survives_losing_its_executor(
 
 
 def read_snapshot(path: Path) -> tuple[dict[str, Any], set[str]]:
-    """The header of a snapshot file and the ids its matcher holds, read as it is: not
-    with ``load_snapshot``, which also refuses a snapshot once the index package's source
-    on disk differs from the one the workers pickled with (the tree may change during a
-    run)."""
-    header, _, payload = path.read_bytes().partition(b"\n")
-    matcher, _ = pickle.loads(payload)
-    return json.loads(header), set(matcher)
+    """The header of a snapshot file and the ids its matcher holds, read with the codec:
+    not with ``load_snapshot``, which also refuses a snapshot once the source of a stored
+    class's module on disk differs from the workers' (the tree may change during a run)."""
+    with path.open("rb") as file:
+        header = json.loads(file.readline())
+        make_matcher(header["matcher"])  # imports the classes the decoder resolves
+        decoder = Decoder(file.read(header["description_bytes"]), header["payload_bytes"])
+        decoder.read_buffers(file, header["description_bytes"])
+        matcher, _ = decoder.build()  # type: ignore[misc]
+    return header, set(matcher)
 
 
 SHARD_LINE = re.compile(r"2 of 2 shards matched \(subscriptions per shard 0: (\d+), 1: (\d+); "
