@@ -37,6 +37,26 @@ test: $(STAMP) system-deps jars
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not integration"
 
+# The compiled loops under AddressSanitizer and UBSan: a copy of the package in build/asan
+# whose extension psmatch.core._kernels is built with -fsanitize=address,undefined (any
+# report aborts), imported first (PYTHONPATH; libasan preloaded into the interpreter), and
+# the library's unit tests that run every kernel (tests/core has a property test per
+# kernel) against it.
+ASAN_DIR := build/asan
+ASAN_TESTS := tests/core tests/pstree
+.PHONY: test-asan
+test-asan: $(STAMP)
+	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR) && cp -r src/psmatch $(ASAN_DIR)/
+	gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fvisibility=hidden \
+	    -fsanitize=address,undefined -fno-sanitize-recover=all \
+	    -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	    -o "$(ASAN_DIR)/psmatch/core/_kernels$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" \
+	    src/psmatch/core/_kernels.c src/psmatch/core/kernels/*.c
+	export LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+	    PYTHONMALLOC=malloc PYTHONPATH=$(ASAN_DIR) && \
+	$(PY) -c 'import psmatch.core._kernels as k, sys; sys.exit(0 if "$(ASAN_DIR)/" in k.__file__ else "not the sanitised build: " + k.__file__)' && \
+	$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS)
+
 # The matcher benchmark on the PS-Tree paper's default workload (writes docs/bench-matchers.*).
 bench: $(STAMP)
 	$(PY) bench/bench_matchers.py

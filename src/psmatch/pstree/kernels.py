@@ -8,7 +8,8 @@ reads (:data:`ROW_TREE` ..); :func:`hashed_pair_entries`, the pairs of entries
 their key (:func:`space_pair_keys`, the layout of the table's keys); and
 :func:`fallback_candidates`, the range scan of the same method over its fallback lists. The
 loops are C (:mod:`psmatch.core._kernels`, built by ``pip install``), which checks its
-arguments' types; the functions here allocate the outputs whose length is known.
+arguments' types and every index, offset and length it reads (``ValueError`` naming the
+argument); the functions here allocate the outputs whose length is known.
 
 Why compiled: with numpy, each predicate step over a block of candidates was a dozen
 passes with their temporaries. What is left is memory latency: at a million conjuncts
@@ -18,16 +19,12 @@ row's tree, hull and interval run share one 16-byte record (one miss, not four; 
 hull's bound codes become space positions through the forest's bound ranks, a column
 small enough to stay in cache), and the candidates' first unchecked rows are found in a
 first pass whose loads do not depend on each other, so the processor overlaps their
-misses. Measured on BE-Gen (matching probability 0.01 %, 2-core AMD EPYC, shared): about
-50-65 ns per candidate at 1M subscriptions (9,300 candidates per event with PSTHash),
-20-40 ns at 100K, against 160-230 and 60-115 ns for the numpy passes. Splitting the
-candidates into cache-sized blocks, or partitioning them by conjunct id first, measured
-slower. Most candidates at 1M fail on an attribute their event lacks; each conjunct's
-tree mask (8 bytes) drops those before their rows, and their other columns, are read:
-PSTHash at 1M matched in 1.29 and 1.09 ms CPU per event with it, 1.35 and 1.28 ms
-without (two runs of 3,000 events, best of three passes each). These figures are of the
-same loops compiled by numba, which the C replaced at stop 40 (docs/benchmarks.md,
-*Compiled loops in C*).
+misses; this made the candidates about three times cheaper than the numpy passes on
+BE-Gen workloads. Splitting the candidates into cache-sized blocks, or partitioning them
+by conjunct id first, measured slower. Most candidates at a million subscriptions fail on
+an attribute their event lacks; each conjunct's tree mask (8 bytes) drops those before
+their rows, and their other columns, are read (docs/benchmarks.md, *Compiled loops in
+C*; ``bench/bench_matchers.py`` measures the matchers).
 """
 
 from __future__ import annotations
@@ -91,8 +88,7 @@ def fallback_candidates(first: np.ndarray, end: np.ndarray, keys: np.ndarray,
     The values of a key whose tree the event lacks are never read. Cost O(keys in the
     ranges + values kept), in two passes (count, then fill) with no temporaries but the
     output; the numpy version of these steps (ranges expanded, keys tested, values
-    expanded) took 37 % of PSTHash's matching at 1M BE-Gen subscriptions (1.44 of
-    3.87 s for 8,000 events under a profiler).
+    expanded) took over a third of PSTHash's matching at 1M BE-Gen subscriptions.
     """
     owner, found = _kernels.fallback_candidates(first, end, keys, offsets, values, events,
                                                 positions, no_tree)  # fmt: skip
@@ -114,9 +110,9 @@ def hashed_pair_entries(event: np.ndarray, tree: np.ndarray, sid: np.ndarray,
     temporaries but the output: never the C(|E|, 2) of a wide event unless the index
     has as many tree pairs. The numpy version of these steps (sorted searches over
     expanded ranges) took a third of PSTHash's matching at 100K BE-Gen subscriptions in
-    the service (py-spy, 2026-11-29): 27-29 µs per event in one process to pair the
-    entries and 12.5 µs more to key the pairs, where this kernel, keys included, and its
-    caller's sort take 11-12 µs (435 pairs per event, 2,000 events).
+    the service, about three times what this kernel, keys included, and its caller's sort
+    take. ``tree_pairs`` must be sorted and unique (``PSTHashMatcher`` keeps it so; the
+    kernel does not check it, and pairs out of order are only missed pairs).
     """
     owner, keys = _kernels.hashed_pair_entries(event, tree, sid, tree_pairs, MERGE_RATIO)
     return np.frombuffer(owner, dtype=np.int64), np.frombuffer(keys, dtype=np.int64)

@@ -1,7 +1,8 @@
 /* The argument checks every kernel of psmatch.core._kernels shares: acquiring each column
  * as a C-contiguous buffer of its documented element type, size, dimensions and
  * writability (TypeError naming the argument otherwise), the count of arguments, the
- * Python int scalars, and the int64 columns a kernel returns (declared in args.h). */
+ * Python int scalars, the int64 columns a kernel returns, and the passes that check the
+ * values a loop relies on: indices in range, offsets ascending (declared in args.h). */
 #include "args.h"
 
 static const char *
@@ -121,4 +122,47 @@ PyObject *
 psk_new_int64_column(Py_ssize_t n)
 {
     return PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
+}
+
+PyObject *
+psk_refuse_arg(Py_buffer *views, int n, const char *func, const char *name, const char *what)
+{
+    psk_release(views, n);
+    PyErr_Format(PyExc_ValueError, "%s(): argument '%s' %s", func, name, what);
+    return NULL;
+}
+
+Py_ssize_t
+psk_first_outside(const int64_t *values, Py_ssize_t n, int64_t lo, int64_t hi)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (values[i] < lo || values[i] >= hi)
+            return i;
+    return -1;
+}
+
+Py_ssize_t
+psk_first_outside32(const int32_t *values, Py_ssize_t n, int64_t lo, int64_t hi)
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (values[i] < lo || values[i] >= hi)
+            return i;
+    return -1;
+}
+
+Py_ssize_t
+psk_first_descent(const int64_t *values, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i + 1 < n; i++)
+        if (values[i + 1] < values[i])
+            return i;
+    return -1;
+}
+
+int
+psk_offsets_within(const int64_t *offsets, Py_ssize_t n, int64_t limit)
+{
+    if (offsets[0] < 0 || offsets[n] > limit)
+        return 0;
+    return psk_first_descent(offsets, n + 1) < 0;
 }

@@ -41,6 +41,21 @@ int psk_unsigned_scalar(PyObject *obj, uint64_t *out);
 /* An int64 column the kernel fills: a bytearray, viewed by its caller with np.frombuffer. */
 PyObject *psk_new_int64_column(Py_ssize_t n);
 
+/* The value checks, each one pass before a loop: every index, offset, count and length a
+ * loop relies on is checked, and a value it cannot handle is refused with ValueError
+ * naming the argument, "func(): argument 'name' <what>" (psk_refuse_arg releases the
+ * views first). The psk_first_* passes return the first index i < n that fails, or -1. */
+PyObject *psk_refuse_arg(Py_buffer *views, int n, const char *func, const char *name,
+                         const char *what);
+/* values[i] outside [lo, hi) */
+Py_ssize_t psk_first_outside(const int64_t *values, Py_ssize_t n, int64_t lo, int64_t hi);
+Py_ssize_t psk_first_outside32(const int32_t *values, Py_ssize_t n, int64_t lo, int64_t hi);
+/* values[i + 1] < values[i] */
+Py_ssize_t psk_first_descent(const int64_t *values, Py_ssize_t n);
+/* Whether offsets[0 .. n] (n + 1 of them) ascend from 0 or more to at most limit: the CSR
+ * ranges offsets[i]:offsets[i + 1] of a column of limit items. */
+int psk_offsets_within(const int64_t *offsets, Py_ssize_t n, int64_t limit);
+
 /* The number of columns a loop's specs describe, and the acquisition of them all. */
 #define COUNT(specs) ((int)(sizeof(specs) / sizeof((specs)[0])))
 #define ACQUIRE(func, args, specs, views) psk_acquire(func, args, specs, COUNT(specs), views)
