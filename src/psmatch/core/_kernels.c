@@ -25,7 +25,12 @@
  *
  * Arguments: every column is a C-contiguous buffer (a numpy array) of the documented
  * element type, checked on entry (TypeError naming the argument otherwise); scalars are
- * Python ints. The loops run without the GIL.
+ * Python ints. Every index, offset, count and length a loop relies on is checked too, in
+ * one pass before the loop or, for what only a data-dependent read reaches (a candidate's
+ * rows, a probe's table entries), where it is read: a value the loop cannot handle is a
+ * ValueError naming the argument, never a read or write outside a column, and no loop
+ * runs for ever (tests/core/test_kernel_properties.py; `make test-asan` runs the kernels'
+ * tests under AddressSanitizer and UBSan). The loops run without the GIL.
  */
 #include "kernels/args.h"
 
