@@ -189,6 +189,10 @@ def test_a_forged_header_or_payload_is_refused(tmp_path: Path) -> None:
     path.write_bytes(line.replace(b'"version": 5', b'"version": 6') + b"\n" + payload)
     with pytest.raises(SnapshotError, match="its header's checksum differs"):
         load_snapshot(tmp_path, "p:", "psthash")
+    code = json.loads(line)["code"]
+    rewrite_header(path, code={k: v for k, v in code.items() if k != "psmatch.pstree.store"})
+    with pytest.raises(SnapshotError, match=re.escape("(psmatch.pstree.store not versioned)")):
+        load_snapshot(tmp_path, "p:", "psthash")
     for size in (2**62, -1, "9"):
         path.write_bytes(original)
         rewrite_header(path, payload_bytes=size)

@@ -113,6 +113,7 @@ class Decoder:
                 isinstance(graph.get(k), list) for k in ("classes", "buffers", "objects")):
             raise DecodeError("its description lacks classes, buffers or objects")
         self.layouts = [self._layout(row) for row in graph["classes"]]
+        self.classes = [cls for _, cls, _ in self.layouts]  # what the code versions cover
         self.rows = self._rows(graph["buffers"], payload_bytes - aligned(len(description)))
         self.objects: list[Any] = graph["objects"]
         self.root = graph.get("root")

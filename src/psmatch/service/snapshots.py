@@ -347,6 +347,9 @@ def load_snapshot(
             reader.sha256.update(description)
             decoder = Decoder(bytes(description), size)
             del description
+            uncovered = set(code_digests(decoder.classes)) - set(header["code"])
+            if uncovered:  # what the stored classes' layout depends on, unversioned
+                raise StaleCodeError(f"{', '.join(sorted(uncovered))} not versioned")
             decoder.read_buffers(reader, described)
             if reader.sha256.hexdigest() != header.get("payload_sha256"):
                 raise SnapshotError(f"{path} is corrupt (its checksum differs from its "
