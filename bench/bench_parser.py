@@ -16,9 +16,9 @@ one pinned core:
   (:func:`psmatch.service.records.subscriptions.subscription_value`);
 - ``load``: :func:`psmatch.service.records.subscriptions.load_stored` on the stored text
   and normal form the record became: the subscription's objects from its normal form
-  (:func:`psmatch.language.encoding.load_normal_form`) instead of a parse. A worker reads a
-  group of logged normal forms into columns at once instead
-  (:func:`psmatch.language.encoding.load_normal_forms`, timed within a whole replay by
+  (:func:`psmatch.service.records.normal_forms.load_normal_form`) instead of a parse. A
+  worker reads a group of logged normal forms into columns at once instead
+  (:func:`psmatch.service.records.normal_forms.load_normal_forms`, timed within a whole replay by
   ``bench/bench_worker_reload.py``), and this one by one only for a group with a
   malformed form;
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from psmatch import MATCHERS, ExpressionError, make_matcher
 from psmatch.events import flatten_event
 from psmatch.language import Subscription, parse_subscription
-from psmatch.language.encoding import dump_normal_form, load_normal_forms
+from psmatch.service.records.normal_forms import dump_normal_form, load_normal_forms
 from tests.strategies import (
     events,
     expressions,

@@ -14,7 +14,7 @@ from psmatch.core.matcher import Matcher, SlotPath
 from psmatch.core.multimap import MERGE_MIN
 from psmatch.events import flatten_event
 from psmatch.language import parse_subscription
-from psmatch.language.encoding import dump_normal_form, load_normal_forms
+from psmatch.service.records.normal_forms import dump_normal_form, load_normal_forms
 
 
 @pytest.fixture(params=MATCHERS)

@@ -13,9 +13,9 @@ import pytest
 from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.state import StateStore
 from psmatch.language import parse_subscription
-from psmatch.language.encoding import dump_normal_form
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import batch_may_read
+from psmatch.service.records.normal_forms import dump_normal_form
 from tests.service.test_end_to_end import running, wait_for_notifications
 
 

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 from psmatch import make_matcher
 from psmatch.events import MAX_DEPTH, flatten_event
-from psmatch.language.encoding import dump_normal_form
 from psmatch.service import tasks
 from psmatch.service.errors import ConfigError
 from psmatch.service.records.common import (
@@ -32,6 +31,7 @@ from psmatch.service.records.common import (
     record_error,
 )
 from psmatch.service.records.events import event_id, parse_event
+from psmatch.service.records.normal_forms import dump_normal_form
 from psmatch.service.records.notifications import (
     notification_head,
     notification_tail,

@@ -15,9 +15,9 @@ import pytest
 
 from psmatch.devservers.services import LocalServices
 from psmatch.language import parse_subscription
-from psmatch.language.encoding import dump_normal_form
 from psmatch.service import subscriptions
 from psmatch.service.records.common import DEFAULT_LIMITS
+from psmatch.service.records.normal_forms import dump_normal_form
 from psmatch.service.records.rejected import parse_rejected
 from psmatch.service.records.subscriptions import dumps_record
 from psmatch.service.subscriptions import APPLIED_SCHEMA, apply_batches, gather, validate_records

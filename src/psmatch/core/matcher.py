@@ -389,7 +389,7 @@ class SlotPath:
 
     def add_columns(self, ids: Sequence[str], columns: SubscriptionColumns) -> None:
         """Add the subscriptions whose normal forms ``columns`` holds
-        (:mod:`psmatch.language.encoding`), the i-th under ``ids[i]``, replacing any held
+        (:mod:`psmatch.service.records.normal_forms`), the i-th under ``ids[i]``, replacing any held
         under those ids: what :meth:`Matcher.add_many` of their objects does, in one bulk
         insert. The ids must be distinct, one per subscription (``ValueError`` before
         anything changes).

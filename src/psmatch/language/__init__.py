@@ -29,7 +29,7 @@ The modules: :mod:`~psmatch.language.values` (kinds), :mod:`~psmatch.language.le
 :mod:`~psmatch.language.normal_form` (the DNF types), :mod:`~psmatch.language.predicates`
 and :mod:`~psmatch.language.normalise` (the normaliser, :func:`parse_subscription`),
 :mod:`~psmatch.language.columns` (many normal forms as columns) and
-:mod:`~psmatch.language.encoding` (the normal form as JSON text).
+:mod:`psmatch.service.records.normal_forms` (the normal form as JSON text).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 interval, as numpy arrays and lists, with no object per predicate or interval.
 :meth:`ConjunctColumns.of_conjuncts` reads conjunct objects into them and
 :meth:`SubscriptionColumns.subscriptions` builds the objects back;
-:func:`psmatch.language.encoding.load_normal_forms` reads normal forms' text into them.
+:func:`psmatch.service.records.normal_forms.load_normal_forms` reads normal forms' text into them.
 """
 
 from __future__ import annotations

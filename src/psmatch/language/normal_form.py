@@ -21,7 +21,7 @@ class Interval(NamedTuple):
     """An interval of one kind's order; ``None`` bounds are unbounded.
 
     A named tuple, not a frozen dataclass: a normal form's four bounds become one in a
-    single ``tuple.__new__`` (as :func:`psmatch.language.encoding.load_normal_form` makes
+    single ``tuple.__new__`` (as :func:`psmatch.service.records.normal_forms.load_normal_form` makes
     them), and building one costs a fraction of a slots dataclass whose ``__init__`` sets
     four slots. A worker loading its subscriptions builds several per subscription.
     """
@@ -119,7 +119,8 @@ class Subscription:
     def expression(self) -> Expression:
         """The expression tree of :attr:`text`, parsed again: no matcher keeps it, and a
         subscription loaded from its normal form
-        (:func:`psmatch.language.encoding.load_normal_form`) never had it. Cost O(len(text))."""
+        (:func:`psmatch.service.records.normal_forms.load_normal_form`) never had it.
+        Cost O(len(text))."""
         return parse_expression(self.text)
 
     @property

@@ -25,7 +25,7 @@ import numpy as np
 from psmatch.core.columns import expand_ranges
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.language import Conjunct, Interval, Kind, Predicate
-from psmatch.language.encoding import ConjunctColumns
+from psmatch.language.columns import ConjunctColumns
 from psmatch.pstree.forest import UNBOUNDED_HI, Forest
 from psmatch.pstree.kernels import verify_candidates
 from psmatch.pstree.rows import (

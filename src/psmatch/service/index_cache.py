@@ -52,7 +52,7 @@ REPLAY_PER_LIVE = 2
 """A reload replays the whole change log from the empty state, rather than parsing every
 live subscription, when the log still holds every change and at most this many per live
 subscription: a put replayed loads the normal form logged beside it, at about half the
-cost of a parse or less (:func:`psmatch.language.encoding.load_normal_form`), and a
+cost of a parse or less (:func:`psmatch.service.records.normal_forms.load_normal_form`), and a
 delete costs less still."""
 PROGRESS_SECONDS = 5.0
 """A long catch-up logs its progress at most this often, and once at its end."""

@@ -24,8 +24,8 @@ from psmatch import Matcher
 from psmatch.core.heap import gc_paused
 from psmatch.errors import ExpressionError
 from psmatch.language import Subscription
-from psmatch.language.encoding import load_normal_forms
 from psmatch.service.records.common import record_error
+from psmatch.service.records.normal_forms import load_normal_forms
 from psmatch.service.records.notifications import (
     NotificationHeads,
     check_head,

@@ -89,7 +89,7 @@ def load_stored_head(sub_id: str, text: str) -> tuple[str, str]:
     """The expression and the notification head of the stored subscription ``text`` of
     ``sub_id``, without its expression parsed or its normal form read: what a worker
     that reads many normal forms into columns at once
-    (:func:`psmatch.language.encoding.load_normal_forms`) needs of the record. Cost: one
+    (:func:`psmatch.service.records.normal_forms.load_normal_forms`) needs of the record. Cost: one
     JSON decode of the record and the head's encoding."""
     expr, subscriber, extra = stored_fields(text)
     if expr.__class__ is not str:

@@ -11,7 +11,7 @@ subscription as stored in Redis. Pure logic, no I/O.
   :mod:`psmatch.adapters.state`) — canonical JSON ``{"expr", "extra", "subscriber"}``, the
   subscriber always written. Encoder :func:`dumps_record`, decoder :func:`load_stored`;
   beside it in the change log, the expression's normal form
-  (:attr:`SubscriptionChange.normal_form`, whose text :mod:`psmatch.language.encoding`
+  (:attr:`SubscriptionChange.normal_form`, whose text :mod:`psmatch.service.records.normal_forms`
   owns), so that a worker loads it instead of parsing.
 """
 
@@ -27,7 +27,6 @@ import orjson
 
 from psmatch.errors import ExpressionError, ExpressionLimitError
 from psmatch.language import Subscription, parse_subscription
-from psmatch.language.encoding import dump_normal_form, load_normal_form
 from psmatch.service.records.common import (
     DEFAULT_LIMITS,
     MAX_ID_LENGTH,
@@ -38,6 +37,7 @@ from psmatch.service.records.common import (
     loads_bounded,
     utf8_text,
 )
+from psmatch.service.records.normal_forms import dump_normal_form, load_normal_form
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +192,7 @@ def load_stored(text: str, normal_form: str | None = None) -> SubscriptionRecord
     """Decode a stored subscription (:attr:`SubscriptionChange.stored`) for the matcher:
     its expression from ``normal_form`` (:attr:`SubscriptionChange.normal_form`) when
     given, about half the cost of parsing it or less
-    (:func:`psmatch.language.encoding.load_normal_form`), else parsed."""
+    (:func:`psmatch.service.records.normal_forms.load_normal_form`), else parsed."""
     expr, subscriber, extra = stored_fields(text)
     if normal_form is None or expr.__class__ is not str:
         return SubscriptionRecord(expr, subscriber, extra, _parse_expression(expr))

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 from psmatch.errors import ExpressionError
 from psmatch.language import Subscription, parse_expression, parse_subscription
 from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
-from psmatch.language.encoding import dump_normal_form, load_normal_form, load_normal_forms
+from psmatch.service.records.normal_forms import (
+    dump_normal_form,
+    load_normal_form,
+    load_normal_forms,
+)
 from tests.strategies import expressions
 
 MALFORMED = [
