@@ -80,6 +80,9 @@ class BitsetMatcher(IndexedMatcher):
         self.sparse_n = GrowableArray(np.int32)  # per cid: predicates on sparse dimensions
         self._dirty: set[int] = set()
         self._cuts: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.work = {"events": 0, "words": 0, "candidates": 0, "tested": 0}
+        """What matching did, summed: events, bitset words ORed, candidate pairs (before
+        the exact tests) and rows tested exactly; tests count costs with it."""
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -229,7 +232,12 @@ class BitsetMatcher(IndexedMatcher):
             found_c.append(c)
         events, cids = np.concatenate(found_e), np.concatenate(found_c)
         events, cids = self._count_sparse(batch, first, last, events, cids)
+        work = self.work
+        work["events"] += last - first
+        work["words"] += (last - first) * self.words * (len(batch.dense) + 1)
+        work["candidates"] += len(events)
         events, cids, tested = self._decide(batch, first, events, cids)
+        work["tested"] += tested
         return Candidates(events, cids, len(events) + tested + (last - first))
 
     def _clear_bits(self, batch: BitsetBatch, start: int, end: int
