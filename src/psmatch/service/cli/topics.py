@@ -36,7 +36,7 @@ def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
             print(f"psmatch subscribe: --extra must be a JSON object, not {json_type(extra)}",
                   file=sys.stderr)  # fmt: skip
             return 2
-        value = subscription_value(args.expr, args.subscriber or args.id, extra)
+        value = subscription_value(args.expr, args.subscriber, extra)
         parse_subscription_record(key, value, limits)
     except Exception as exc:  # the per-record barrier: no I/O inside
         print(f"psmatch subscribe: {record_error(exc)}", file=sys.stderr)

@@ -109,9 +109,14 @@ class SubscriptionChange:
     normal_form: str | None = None
 
 
-def subscription_value(expr: str, subscriber: str, extra: Mapping[str, Any]) -> bytes:
-    """The value of a subscriptions-topic record (what ``psmatch subscribe`` sends)."""
-    return _VALUE_ENCODER.encode({**extra, "expr": expr, "subscriber": subscriber}).encode(
+def subscription_value(expr: str, subscriber: str | None, extra: Mapping[str, Any]) -> bytes:
+    """The value of a subscriptions-topic record (what ``psmatch subscribe`` sends); with no
+    ``subscriber`` the field is left out, and the decoder's default applies."""
+    record = {key: value for key, value in extra.items() if key != "subscriber"}
+    record["expr"] = expr
+    if subscriber is not None:
+        record["subscriber"] = subscriber
+    return _VALUE_ENCODER.encode(record).encode(
         "utf-8", errors="surrogatepass")  # a lone surrogate is the decoder's to refuse
 
 
