@@ -121,6 +121,8 @@ psk_unsigned_scalar(PyObject *obj, uint64_t *out)
 PyObject *
 psk_new_int64_column(Py_ssize_t n)
 {
+    if (n < 0 || n > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(int64_t))
+        return PyErr_NoMemory(); /* more than any address space: the size cannot overflow */
     return PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(int64_t));
 }
 
