@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import doctest
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,23 @@ def test_python_sessions_run_as_doctests(path: Path) -> None:
 )
 def test_json_examples_parse(block: Block) -> None:
     assert isinstance(json.loads(block.text), dict)
+
+
+def test_every_section_a_benchmark_writes_is_on_a_page() -> None:
+    """Each bench script rewrites its section of a page whole (bench/docsection.py): the
+    page must hold the section's two markers once, or the script's run would fail at the
+    end, after its minutes of measuring."""
+    written = {name for script in sorted((ROOT / "bench").glob("*.py"))
+               for name in re.findall(r'replace_section\([^,]+,\s*"(\w+)"',
+                                      script.read_text(encoding="utf-8"))}  # fmt: skip
+    assert written, "no bench script writes a doc section"
+    pages = [path.read_text(encoding="utf-8") for path in DOCS]
+    for name in sorted(written):
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        holding = [page for page in pages if begin in page]
+        assert len(holding) == 1 and holding[0].count(begin) == holding[0].count(end) == 1, (
+            f"{name}: its {begin} ... {end} markers must be on exactly one page, once")
+        assert holding[0].index(begin) < holding[0].index(end), name
 
 
 def test_blocks_markers_and_commands_are_read_as_described(tmp_path: Path) -> None:
