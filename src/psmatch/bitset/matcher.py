@@ -23,7 +23,7 @@ stay in cache), plus the rows of present sparse dimensions, plus O(predicates) p
 candidate, exact tests vectorised over the chunk. Memory: at most
 :data:`psmatch.bitset.cells.BITS_PER_ROW` bits of fail bitsets per predicate (cells are
 bounded by rows, see :mod:`psmatch.bitset.cells`), one bit per id for the void set,
-and about 37 bytes per predicate and 34 per interval in the rows.
+and about 46 bytes per predicate and 22 per interval in the rows.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ Owns, for :class:`psmatch.bitset.matcher.BitsetMatcher`:
 
 Rows and intervals are appended; a removed conjunct's rows are dead until the purge
 compacts both tables (:meth:`PredicateRows.compact`, O(rows + intervals)).
-Memory: 37 bytes per row and 34 per interval, plus 12 per conjunct id.
+Memory: 46 bytes per row and 22 per interval, plus 12 per conjunct id.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class PredicateRows:
     """The row and interval tables, and each conjunct's range of rows."""
 
     def __init__(self) -> None:
-        self.cid = GrowableArray(np.int64)
+        self.cid = GrowableArray(np.int32)
         self.dim = GrowableArray(np.int32)
         self.iv_start = GrowableArray(np.int64)
         self.iv_count = GrowableArray(np.int32)
@@ -67,10 +67,10 @@ class PredicateRows:
         self.hull_lo = GrowableArray(np.float64)  # f of the hull's bounds, for the cuts
         self.hull_hi = GrowableArray(np.float64)
         self.lo_f = GrowableArray(np.float64)
-        self.lo_d = GrowableArray(np.int64)
+        self.lo_d = GrowableArray(np.int16)  # |d| <= 1024 (keys)
         self.lo_mode = GrowableArray(np.int8)
         self.hi_f = GrowableArray(np.float64)
-        self.hi_d = GrowableArray(np.int64)
+        self.hi_d = GrowableArray(np.int16)
         self.hi_mode = GrowableArray(np.int8)
         self.first_row = GrowableArray(np.int64)  # per cid
         self.row_count = GrowableArray(np.int32)  # per cid
