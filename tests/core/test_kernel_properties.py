@@ -722,9 +722,11 @@ def test_signature_filter(data: st.DataObject) -> None:
             if not alive[cid]:
                 continue
             holds, rest, pid = True, int(sig_mask[cid]) >> 1, int(pred_start[cid]) + 1
+            if rest and not 0 <= pid <= pid + rest.bit_length() - 1 < n_rows:
+                raise Refused
             while rest:
                 if rest & 1:
-                    if not 0 <= pid < n_rows or not 0 <= rows[pid, 0] < n_trees:
+                    if not 0 <= rows[pid, 0] < n_trees:
                         raise Refused
                     sid = int(sid_matrix[events[i], rows[pid, 0]])
                     if sid < 0:
@@ -732,7 +734,7 @@ def test_signature_filter(data: st.DataObject) -> None:
                         break
                     if sid < n_spaces and sig_bits[sid] != 0:
                         bits, offset = int(sig_bits[sid]), int(sig_offset[sid])
-                        if not filter_ok(offset, bits, len(sig_pool)):
+                        if bits < 0 or not 0 <= offset <= len(sig_pool) - 1 - (bits - 1 >> 6):
                             raise Refused
                         words = sig_pool[offset:].tolist()
                         if not all(words[b >> 6] >> (b & 63) & 1

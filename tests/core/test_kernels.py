@@ -253,7 +253,8 @@ def signature_columns() -> list[np.ndarray]:
 
 @pytest.mark.parametrize(("place", "value", "name"), [
     (0, [1], "events"), (1, [1], "cids"), (4, [1], "pred_start"),
-    (5, [[0, 0, 0], [4, 0, 0]], "rows"), (7, [0 + 3], "sig_bits"), (8, [1], "sig_bits"),
+    (5, [[0, 0, 0], [4, 0, 0]], "rows"), (7, [-64], "sig_bits"), (7, [128], "sig_bits"),
+    (8, [1], "sig_bits"),
 ])  # fmt: skip
 def test_signature_filter_refuses_ids_and_filters_outside_their_columns(
         place: int, value: list, name: str) -> None:

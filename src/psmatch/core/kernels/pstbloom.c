@@ -78,10 +78,12 @@ static const Spec signature_specs[] = {
  * is live and in the filter of its event's space in each signed predicate. Checked
  * first: events and cids as indices (of sid_matrix's rows, of alive, which sig_mask and
  * pred_start are as long as at least). Checked where read, the loop stopping with
- * ValueError: a signed predicate's row (pred_start[cid] + k within rows), its tree
- * (within sid_matrix's columns), and the filter of a space with one (sig_bits[sid] not 0: a
- * power of two, at sig_offset[sid] within sig_pool): these are read only for the
- * candidates that get that far, whose number no pass before the loop knows. */
+ * ValueError: a live candidate's signed predicates' rows (pred_start[cid] + 1 + k for the
+ * set bits k of sig_mask[cid] >> 1, from the first to the last, within rows), each one's
+ * tree (within sid_matrix's columns), and the filter of a space with one (sig_bits[sid]
+ * not 0: the words at sig_offset[sid] its mask reaches, within sig_pool): these are read
+ * only for the candidates that get that far, whose number no pass before the loop
+ * knows. */
 PyObject *
 psk_signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -124,13 +126,16 @@ psk_signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         /* predicate k of the conjunct, in access order, is signed when bit k is set; the
          * access predicate (k = 0) is not */
         uint64_t signed_rest = sig_mask[cid] >> 1;
-        for (int64_t pid = (int64_t)pred_start[cid] + 1; signed_rest; signed_rest >>= 1, pid++) {
+        int64_t first_pid = (int64_t)pred_start[cid] + 1;
+        /* the rows of the signed predicates, checked once: from the first to the last */
+        if (signed_rest && (first_pid < 0 || first_pid + 63 - __builtin_clzll(signed_rest)
+                                                 >= n_rows)) {
+            bad = "pred_start";
+            break;
+        }
+        for (int64_t pid = first_pid; signed_rest; signed_rest >>= 1, pid++) {
             if (!(signed_rest & 1))
                 continue;
-            if (pid < 0 || pid >= n_rows) {
-                bad = "pred_start";
-                break;
-            }
             int32_t tree = rows[pid * ROW_WIDTH + ROW_TREE];
             if (tree < 0 || tree >= n_trees) {
                 bad = "rows";
@@ -143,7 +148,9 @@ psk_signature_filter(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             if (sid >= n_signed || sig_bits[sid] == 0)
                 continue; /* the space has no filter */
-            if (!filter_within(sig_offset[sid], sig_bits[sid], n_words)) {
+            /* the words the mask bits - 1 can reach (any size > 0 stays within them) */
+            int64_t bits = sig_bits[sid], offset = sig_offset[sid];
+            if (bits < 0 || offset < 0 || offset > n_words - 1 - ((bits - 1) >> 6)) {
                 bad = "sig_bits";
                 break;
             }
