@@ -178,6 +178,10 @@ def write_report(results: list[dict[str, Any]], args: argparse.Namespace, argv: 
         "| ms / event batched | ms / event single | matches / event |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    matchers = args.matchers.split(",")
+    results = sorted(results, key=lambda r: (WORKLOADS.index(r["workload"]), r["n"],
+                                              matchers.index(r["matcher"])
+                                              if r["matcher"] in matchers else len(matchers)))
     for r in results:
         if "error" in r:
             lines.append(f"| {r['workload']} | {r['matcher']} | {r['n']:,} | "
@@ -243,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "docs" / "bench-domains.md"))
     parser.add_argument("--results", help="append the results as JSON lines to this file "
                         "and report every run it holds (several invocations, one report)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: write the report of the --results file")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)
     parser.add_argument("--matcher", help=argparse.SUPPRESS)
@@ -252,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args)))
         return 0
     results = []
-    for workload_name in args.workloads.split(","):
+    for workload_name in [] if args.report_only else args.workloads.split(","):
         failed: set[str] = set()
         for n in sorted(int(s) for s in args.sizes.split(",")):
             for matcher in args.matchers.split(","):
