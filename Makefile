@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test test-fast lint bench clean system-deps jars
 
 # The install also builds the compiled loops (the .c files under src/) in place, with gcc.
-$(STAMP): pyproject.toml $(shell find src -name "*.c") | system-deps
+$(STAMP): pyproject.toml $(shell find src -name "*.c" -o -name "*.h") | system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
