@@ -94,21 +94,21 @@ def test_an_outage_past_the_deadline_is_one_clear_error(
     store = StateStore.from_url(server.url, "dead:", retry_seconds=1.5)
     store.apply([put(0, "s0")])
     server.kill()
-    t0 = time.monotonic()
+    before = redis_retry_stats()
     gave_up = r"stayed unreachable for 1\.\d s after \d+ retries"
     with pytest.raises(StateUnavailableError, match=gave_up) as info:
         store.version()
-    assert 1.4 < time.monotonic() - t0 < 10
+    assert redis_retry_stats().retries > before.retries
     assert f"127.0.0.1:{server.port}" in str(info.value)
     retries = [r for r in caplog.records if "retry" in r.getMessage()]
     assert retries and all("is not reachable" in r.getMessage() for r in retries)
     # retry_seconds=0, and ping() at start-up: no waiting at all
     with pytest.raises(StateUnavailableError, match="is not reachable"):
         StateStore.from_url(server.url, "dead:", retry_seconds=0).count()
-    t0 = time.monotonic()
+    before = redis_retry_stats()
     with pytest.raises(StateUnavailableError, match="is not reachable"):
         StateStore.from_url(server.url, "dead:").ping()
-    assert time.monotonic() - t0 < 5
+    assert redis_retry_stats().retries == before.retries
 
 
 def test_password_is_used_and_never_shown(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -122,10 +122,10 @@ def test_password_is_used_and_never_shown(tmp_path: Path, caplog: pytest.LogCapt
         assert "s3cret" not in redact_url(good) and ":***@127.0.0.1" in redact_url(good)
         assert "s3cret" not in store.where
         for bad in (f"redis://:wrong@127.0.0.1:{server.port}/0", server.url):
-            t0 = time.monotonic()
+            before = redis_retry_stats()
             with pytest.raises(StateAuthenticationError, match="refused the credentials"):
                 StateStore.from_url(bad, "auth:").count()
-            assert time.monotonic() - t0 < 5  # not retried
+            assert redis_retry_stats().retries == before.retries  # not retried
         server.kill()
         with pytest.raises(StateUnavailableError) as info:
             StateStore.from_url(good, "auth:", retry_seconds=0.5).count()
