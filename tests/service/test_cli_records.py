@@ -23,7 +23,9 @@ NO_BROKER = ["--bootstrap-servers", "127.0.0.1:1"]
         (["s1", "price <"], "invalid expression"),
         (["s1", " or ".join(["a = 1"] * 300)], "expression too large"),
         (["s" * 1025, "a = 1"], "longer than 1024"),
-        (["s1", "a = 1", "--max-subscription-bytes", "20"], "at most 20"),
+        (["s1", "a = 1 and b = 2", "--max-subscription-bytes", "20"], "at most 20"),
+        # the record fits, the stored form (the subscriber and extra filled in) does not
+        (["s1", "a = 1", "--max-subscription-bytes", "20"], "45 bytes once stored"),
     ],
 )
 def test_subscribe_refuses_what_the_service_would_reject(
