@@ -24,20 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from psmatch.devservers.process import LocalServer, LocalServerError, free_port, port_open
+from psmatch.paths import base_dir
 
 log = logging.getLogger(__name__)
 
 
-def _base_dir() -> Path:
-    """The checkout holding this file (``src/psmatch/devservers/kafka_broker.py``), or
-    the current directory when the package is installed elsewhere."""
-    checkout = Path(__file__).resolve().parents[3]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "src" / "psmatch").is_dir():
-        return checkout
-    return Path.cwd()
-
-
-DEFAULT_CACHE_DIR = Path(os.environ.get("PSMATCH_CACHE_DIR") or _base_dir() / ".cache")
+DEFAULT_CACHE_DIR = Path(os.environ.get("PSMATCH_CACHE_DIR") or base_dir() / ".cache")
 
 
 _LOG4J2 = """\

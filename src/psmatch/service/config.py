@@ -30,22 +30,14 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from psmatch.adapters.kafka.security import KAFKA_PROTOCOLS, SASL_MECHANISMS, KafkaSecurity
+from psmatch.paths import base_dir
 from psmatch.service.errors import ConfigError
 from psmatch.service.records import common as record_limits
 
 ENV_PREFIX = "PSMATCH_"
 
 
-def _base_dir() -> Path:
-    """The checkout holding this file (``src/psmatch/service/config.py``), or the current
-    directory when the package is installed elsewhere (site-packages has no checkout)."""
-    checkout = Path(__file__).resolve().parents[3]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "src" / "psmatch").is_dir():
-        return checkout
-    return Path.cwd()
-
-
-BASE_DIR = _base_dir()
+BASE_DIR = base_dir()
 """Where ``var/`` and ``.cache/`` are by default (see the module docstring)."""
 VAR_DIR = BASE_DIR / "var"
 """The default folder of the checkpoint and of the local servers' data and pids."""
