@@ -65,7 +65,7 @@ def test_entry_pairs_are_the_events_tree_pairs(events, tree_pairs, random) -> No
     space id plus one above the smaller, whichever entry has it."""
     event = np.array([e for e, trees in enumerate(events) for _ in trees], dtype=np.int64)
     tree = np.array([t for trees in events for t in sorted(trees)], dtype=np.int64)
-    sid = np.array([random.randrange(2**31) for _ in tree], dtype=np.int64)
+    sid = np.array([random.randrange(2**31 - 1) for _ in tree], dtype=np.int64)
     pairs = np.array(sorted((a << 32) | b for a, b in tree_pairs), dtype=np.int64)
     owner, keys = hashed_pair_entries(event, tree, sid, pairs)
     expected = [(i, (max(sid[i], sid[j]) + 1) << 32 | min(sid[i], sid[j]))
