@@ -32,7 +32,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
@@ -69,6 +69,10 @@ class MatcherStats:
         Estimated memory of the matcher's structures: the exact ``nbytes`` of every
         numpy column plus a documented per-object estimate for what is kept as Python
         objects; the subscription id map every matcher shares is not included.
+    ``placement``
+        For a matcher that files conjuncts in several families (``auto``): the live
+        conjuncts by ``family/reason`` (:mod:`psmatch.auto.routing`); empty for the
+        others. Not in :meth:`as_dict`, which holds the counts every matcher has.
     """
 
     subscriptions: int
@@ -76,6 +80,7 @@ class MatcherStats:
     predicates: int
     spaces: int
     estimated_bytes: int
+    placement: Mapping[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:
         return {
