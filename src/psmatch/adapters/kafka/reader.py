@@ -61,6 +61,9 @@ class TopicReader:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest" if from_beginning else "latest",
+                # records of open or aborted transactions (exactly-once delivery) never
+                # reach a reader: each notification is read once
+                "isolation.level": "read_committed",
             }
         )
         md = self._metadata(topic, timeout=30.0)
