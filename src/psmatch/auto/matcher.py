@@ -1,0 +1,193 @@
+"""The ``auto`` matcher: each conjunct filed in the family that serves it best.
+
+Owns :class:`AutoMatcher`, a :class:`psmatch.core.matcher.Matcher` over two child
+matchers, PSTHash (:mod:`psmatch.pstree.psthash`) and the bitset family
+(:mod:`psmatch.bitset.matcher`), which it drives through their hooks by the slots of its
+own id map: a subscription's slot is the same in the children, so the service's path by
+slot (``matcher.internal``) works through it unchanged.
+
+* **filing** (objects or normal-form columns): :func:`psmatch.auto.routing.route` gives
+  each conjunct a reason and so a family; each family gets its conjuncts, a subscription
+  with conjuncts in both families under its one slot in each (columns are cut by
+  :func:`psmatch.auto.split.select_conjuncts`, so PSTHash still files them as they are).
+  The rule and why are in :mod:`psmatch.auto.routing`;
+* **removal** takes each slot out of the families it has conjuncts in;
+* **matching** asks each family holding conjuncts for its (event, slot) pairs and, when
+  both do, merges them, by event and each pair once (a subscription may match through a
+  conjunct in each).
+
+``stats()`` sums the families' and says in ``placement`` how many live conjuncts each
+reason filed where. Cost: a family's own, plus O(conjuncts + intervals) to route a
+batch; a batch of events pays both families' fixed costs only when both hold
+conjuncts. Memory: the families', plus 12 bytes per slot for the placement counts and
+the bounds :class:`psmatch.auto.routing.DomainStats` keeps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from psmatch.auto.routing import FAMILY_OF, REASONS, DomainStats, route
+from psmatch.auto.split import select_conjuncts
+from psmatch.bitset.matcher import BitsetMatcher
+from psmatch.core.columns import distinct_sorted
+from psmatch.core.matcher import Matcher, MatcherStats
+from psmatch.events import FlatEvent
+from psmatch.language import Subscription
+from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
+from psmatch.pstree.psthash import PSTHashMatcher
+
+FAMILIES = ("psthash", "bitset")
+"""The families ``auto`` files in, in the order it asks them."""
+_FAMILY_CODE = np.array([FAMILIES.index(f) for f in FAMILY_OF], dtype=np.int8)
+
+
+class FamilySlots:
+    """What a child family reads of its id map: the slots of the subscriptions with a
+    conjunct in it (its ``held_slots`` and ``len``), from the owner's placement counts.
+    Cost O(slots) per call: only ``check`` and ``stats`` read it."""
+
+    __slots__ = ("family", "owner")
+
+    def __init__(self, owner: AutoMatcher, family: int) -> None:
+        self.owner, self.family = owner, family
+
+    def held_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.owner.family_counts()[:, self.family] > 0)
+
+    def __len__(self) -> int:
+        return len(self.held_slots())
+
+
+class AutoMatcher(Matcher):
+    """PSTHash and the bitset family under one id map, each conjunct in one of them."""
+
+    name = "auto"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.domains = DomainStats()
+        self.families: list[Matcher] = [PSTHashMatcher(), BitsetMatcher()]
+        for index, family in enumerate(self.families):
+            family._ids = FamilySlots(self, index)  # type: ignore[assignment]
+        self.placed = np.zeros((0, len(REASONS)), dtype=np.int32)
+        """Per slot, its live conjuncts by reason code."""
+        self.totals = np.zeros(len(REASONS), dtype=np.int64)
+        """The live conjuncts by reason code: ``placed`` summed."""
+
+    def family_counts(self) -> np.ndarray:
+        """Per slot ever used, its live conjuncts by family (int64, slots x families)."""
+        rows = self.placed[: self._slot_count].astype(np.int64)
+        counts = np.zeros((len(rows), len(FAMILIES)), dtype=np.int64)
+        for reason, family in enumerate(_FAMILY_CODE.tolist()):
+            counts[:, family] += rows[:, reason]
+        return counts
+
+    # -- life cycle --------------------------------------------------------------------
+
+    def _place(self, slots: np.ndarray, reason: np.ndarray) -> None:
+        """Count the conjuncts of ``slots`` (one entry per conjunct) under ``reason``."""
+        if len(slots) and int(slots.max()) >= len(self.placed):
+            grown = np.zeros((max(int(slots.max()) + 1, 2 * len(self.placed)), len(REASONS)),
+                             dtype=np.int32)
+            grown[: len(self.placed)] = self.placed
+            self.placed = grown
+        np.add.at(self.placed, (slots, reason.astype(np.int64)), 1)
+        self.totals += np.bincount(reason, minlength=len(REASONS))
+
+    def _insert(self, slot: int, subscription: Subscription) -> None:
+        self._insert_many([(slot, subscription)])
+
+    def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
+        slots, conjuncts = self._conjuncts_of(batch)
+        reason = route(ConjunctColumns.of_conjuncts(conjuncts), self.domains)
+        self._place(np.array(slots, dtype=np.int64), reason)
+        family_of = _FAMILY_CODE[reason].tolist()
+        parts: list[list[tuple[int, Subscription]]] = [[] for _ in FAMILIES]
+        first = 0
+        for slot, subscription in batch:
+            k = len(subscription.conjuncts)
+            mine = family_of[first:first + k]
+            for family, part in enumerate(parts):
+                picked = tuple(c for c, f in zip(subscription.conjuncts, mine, strict=True)
+                               if f == family)
+                if len(picked) == k:
+                    part.append((slot, subscription))
+                elif picked:
+                    part.append((slot, Subscription(subscription.text, picked)))
+            first += k
+        for family, part in zip(self.families, parts, strict=True):
+            if part:
+                family._insert_many(part)
+
+    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
+        reason = route(columns.conjuncts, self.domains)
+        self._place(np.repeat(slots, columns.conjunct_count), reason)
+        family_of = _FAMILY_CODE[reason]
+        for index, family in enumerate(self.families):
+            keep = family_of == index
+            if keep.all():
+                family._insert_columns(slots, columns)
+            elif keep.any():
+                held, part = select_conjuncts(columns, keep)
+                family._insert_columns(slots[held], part)
+
+    def _delete(self, slot: int) -> None:
+        self._delete_many([slot])
+
+    def _delete_many(self, slots: list[int]) -> None:
+        at = np.array(slots, dtype=np.int64)
+        rows = self.placed[at].astype(np.int64)
+        for index, family in enumerate(self.families):
+            held = rows[:, index == _FAMILY_CODE].sum(axis=1) > 0
+            if held.any():
+                family._delete_many(at[held].tolist())
+        self.totals -= rows.sum(axis=0)
+        self.placed[at] = 0
+
+    def _finish_bulk(self) -> None:
+        for family in self.families:
+            family._finish_bulk()
+
+    # -- matching ----------------------------------------------------------------------
+
+    def _match_flat_pairs(self, events: list[FlatEvent]) -> tuple[np.ndarray, np.ndarray]:
+        live = np.bincount(_FAMILY_CODE, weights=self.totals, minlength=len(FAMILIES))
+        found = [family._match_flat_pairs(events)
+                 for family, n in zip(self.families, live.tolist(), strict=True) if n]
+        if not found:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        if len(found) == 1:
+            return found[0]
+        # a subscription with conjuncts in both families may match through each
+        pairs = distinct_sorted(np.concatenate(
+            [(e.astype(np.int64) << 32) | s.astype(np.int64) for e, s in found]))
+        return pairs >> 32, pairs & 0xFFFFFFFF
+
+    # -- bookkeeping -------------------------------------------------------------------
+
+    def _stats(self) -> MatcherStats:
+        parts = [family._stats() for family in self.families]
+        return MatcherStats(
+            len(self), sum(p.conjuncts for p in parts), sum(p.predicates for p in parts),
+            sum(p.spaces for p in parts),
+            sum(p.estimated_bytes for p in parts) + self.placed.nbytes + self.totals.nbytes
+            + self.domains.nbytes,
+            placement=dict(zip(REASONS, self.totals.tolist(), strict=True)))
+
+    def _check(self) -> None:
+        for family in self.families:
+            family._check()
+        held = self._ids.held_slots()
+        rows = self.placed[: self._slot_count]
+        assert (self.placed[self._slot_count:] == 0).all()
+        assert np.array_equal(rows.sum(axis=0, dtype=np.int64), self.totals), "totals"
+        assert (rows.min(initial=0)) >= 0
+        counted = rows.sum(axis=1)
+        assert (counted[held] > 0).all(), "a held subscription with no conjunct placed"
+        unheld = np.ones(len(rows), dtype=bool)
+        unheld[held] = False
+        assert (counted[unheld] == 0).all(), "conjuncts placed for a slot not held"
+        live = np.bincount(_FAMILY_CODE, weights=self.totals, minlength=len(FAMILIES))
+        for family, n in zip(self.families, live.tolist(), strict=True):
+            assert family._stats().conjuncts == n, f"{family.name}: conjuncts placed"

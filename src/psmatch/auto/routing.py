@@ -1,0 +1,127 @@
+"""The ``auto`` matcher's rule: which family each conjunct is filed in, and why.
+
+Owns :class:`DomainStats` (the distinct bounds seen per (attribute, kind), up to
+:data:`COARSE_BOUNDS`) and :func:`route` (a reason per conjunct, :data:`REASONS`).
+
+**Why the rule looks at bounds.** A PS-Tree cuts an (attribute, kind)'s domain into the
+``2m + 1`` spaces of its ``m`` distinct bounds, and PSTHash files a conjunct under every
+space its access predicate covers. A predicate whose intervals are a few points covers
+that many spaces whatever ``m`` is; a range covers a fixed fraction of them, so on a
+*coarse* domain (few distinct bounds, BE-Gen's 100 values) it costs at most ``2m + 1``
+links, and on a *fine* one (prices, timestamps: bounds that rarely repeat, ``m`` growing
+with the subscriptions) its links grow with ``n`` and the index with ``n`` squared. The
+bitset family costs a bounded number of bits per predicate on any domain, but every
+event pays a pass over the ids of its dense dimensions, where PSTHash reads only the
+entries of the event's spaces: PSTHash is the faster where it stays linear.
+
+**The rule** (per conjunct, at filing, from the statistics including its own batch):
+
+* ``psthash/points``: some predicate is at most :data:`MAX_POINTS` points
+  (``=``, ``in``): its spaces are bounded on any domain;
+* ``psthash/coarse``: some predicate is on a coarse (attribute, kind), one with at most
+  :data:`COARSE_BOUNDS` distinct bounds seen so far: every predicate there covers at most
+  ``2 * COARSE_BOUNDS + 1`` spaces; a conjunct without predicates goes here too;
+* ``bitset/fine-ranges``: otherwise, every predicate is a range (or ``!=``, ``not in``,
+  a ``like``) on a fine domain.
+
+PSTHash's access order puts the most selective predicate first (fewest past events in
+the spaces it covers, then the operator's rank), which for these conjuncts is the
+bounded one. The rule is static: a conjunct stays in the family it was filed in, and
+an (attribute, kind) once fine stays fine (removals do not make it coarse again), so
+the rule never moves subscriptions. A domain that turns fine after many subscriptions
+were filed as coarse leaves those in PSTHash, where their links are bounded by the
+bounds they brought: the PS-Tree holds only the bounds of the conjuncts filed in it.
+
+Cost: filing a batch reads every interval's bounds once (set updates, C loops) while
+their (attribute, kind) is coarse, and O(predicates + intervals) vectorised to route;
+memory at most ``COARSE_BOUNDS + 1`` bounds per (attribute, kind).
+"""
+
+from __future__ import annotations
+
+from itertools import count, repeat
+from operator import eq, is_not
+
+import numpy as np
+
+from psmatch.language.columns import ConjunctColumns
+from psmatch.language.values import Value
+
+COARSE_BOUNDS = 256
+"""Most distinct bounds of a coarse (attribute, kind): PSTHash files ranges on it."""
+MAX_POINTS = 32
+"""Most points a predicate may be for PSTHash to file it on a fine domain (PSTHash's
+``MAX_KEYS``: as many spaces as it files a hashed conjunct under at most)."""
+
+POINTS, COARSE, FINE_RANGES = 0, 1, 2
+"""Reason codes, the index into :data:`REASONS` and :data:`FAMILY_OF`."""
+REASONS = ("psthash/points", "psthash/coarse", "bitset/fine-ranges")
+"""Each reason as ``family/why``, what ``stats().placement`` counts conjuncts by."""
+FAMILY_OF = tuple(reason.split("/")[0] for reason in REASONS)
+"""The family of each reason code."""
+
+
+class DomainStats:
+    """The distinct bounds seen per (attribute, kind code), while at most
+    :data:`COARSE_BOUNDS`; a fine one keeps no bounds."""
+
+    __slots__ = ("bounds", "fine")
+
+    def __init__(self) -> None:
+        self.bounds: dict[tuple[str, int], set[Value]] = {}
+        self.fine: set[tuple[str, int]] = set()
+
+    def observe(self, columns: ConjunctColumns) -> np.ndarray:
+        """Count the bounds of every interval of ``columns`` on a coarse (attribute,
+        kind); returns whether each predicate's (attribute, kind) is coarse after that.
+        Cost O(predicates + intervals) in C loops and numpy, one set update per
+        (attribute, kind) still coarse."""
+        codes: dict[tuple[str, int], int] = {}
+        keys = list(zip(columns.attribute, columns.kind.tolist(), strict=True))
+        code = np.fromiter(map(codes.setdefault, keys, count()), np.int64, len(keys))
+        iv_code = np.repeat(code, columns.interval_count)
+        order = np.argsort(iv_code, kind="stable")
+        starts = np.searchsorted(iv_code[order], list(codes.values()))
+        ends = np.searchsorted(iv_code[order], list(codes.values()), side="right")
+        coarse_code = np.zeros(len(keys), dtype=bool)
+        for (key, c), a, b in zip(codes.items(), starts.tolist(), ends.tolist(), strict=True):
+            if key in self.fine:
+                continue
+            seen = self.bounds.setdefault(key, set())
+            rows = order[a:b].tolist()
+            if rows:
+                seen.update(map(columns.lo.__getitem__, rows))
+                seen.update(map(columns.hi.__getitem__, rows))
+                seen.discard(None)
+            if len(seen) > COARSE_BOUNDS:
+                del self.bounds[key]
+                self.fine.add(key)
+            else:
+                coarse_code[c] = True
+        return coarse_code[code]
+
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes: 64 per bound kept (its set slot and object), 200 per key."""
+        return 64 * sum(map(len, self.bounds.values())) + 200 * (len(self.bounds)
+                                                                 + len(self.fine))
+
+
+def route(columns: ConjunctColumns, domains: DomainStats) -> np.ndarray:
+    """The reason code of each conjunct of ``columns`` (int8; see the module docstring),
+    after ``domains`` counted their bounds. O(predicates + intervals), C loops."""
+    n_pred = len(columns.kind)
+    coarse = domains.observe(columns)
+    point = np.fromiter(map(eq, columns.lo, columns.hi), bool, len(columns.lo))
+    point &= np.fromiter(map(is_not, columns.lo, repeat(None)), bool, len(columns.lo))
+    point &= columns.lo_closed & columns.hi_closed
+    owner = np.repeat(np.arange(n_pred), columns.interval_count)
+    points = np.bincount(owner, weights=point, minlength=n_pred) == columns.interval_count
+    points &= (columns.interval_count <= MAX_POINTS) & ~columns.has_patterns
+    conj = np.repeat(np.arange(len(columns)), columns.predicate_count)
+    any_points = np.bincount(conj, weights=points, minlength=len(columns)) > 0
+    any_coarse = np.bincount(conj, weights=coarse, minlength=len(columns)) > 0
+    reason = np.full(len(columns), FINE_RANGES, dtype=np.int8)
+    reason[any_coarse | (columns.predicate_count == 0)] = COARSE
+    reason[any_points] = POINTS
+    return reason
