@@ -21,6 +21,7 @@ _REGISTRY: dict[str, tuple[str, str]] = {
     "propagation": ("psmatch.baselines.propagation", "PropagationMatcher"),
     "pbtree": ("psmatch.baselines.pbtree", "PBTreeMatcher"),
     "bitset": ("psmatch.bitset.matcher", "BitsetMatcher"),
+    "auto": ("psmatch.auto.matcher", "AutoMatcher"),
 }
 
 MATCHERS: tuple[str, ...] = tuple(_REGISTRY)
