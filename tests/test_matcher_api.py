@@ -237,7 +237,7 @@ def test_an_unpickled_index_takes_enough_adds_to_merge_its_side_lists(matcher):
         for e in events]
 
 
-FOREST_MATCHERS = {"pstbloom", "psthash", "opindex", "betree"}
+FOREST_MATCHERS = {"pstbloom", "psthash", "opindex", "betree", "auto"}  # auto: coarse, in PSTHash
 
 
 def test_stats_mean_the_same_in_every_matcher(matcher):
