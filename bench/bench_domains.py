@@ -19,8 +19,16 @@ timed on the first :data:`PARSE_SAMPLE` and scaled to n), ``stats().estimated_by
 the process's peak RSS, CPU ms per event matched in batches of ``--batch-size``
 (``--events`` events) and one at a time (``--single`` events). The table, the command
 and the machine go to ``docs/bench-domains.md``, a log-log plot of build seconds,
-bytes and ms per event against n per matcher to ``docs/bench-domains.png``. HEM's own C++ matchers
-(``--hem-dir``) are not run by this script. Progress goes to stderr.
+bytes and ms per event against n per matcher to ``docs/bench-domains.png``.
+
+With ``--hem-dir DIR`` (a checkout of the public HEM code, shiwanghua/HEM), HEM's own
+C++ matchers HEM5DD, Rein and Tama run beside them on the range workloads, on the same
+subscriptions and events: ``bench/hem_driver.cpp`` is compiled with ``g++ -O3`` against
+DIR's sources (copied into ``DIR/.psmatch-driver/subs-N`` with HEM's compile-time
+capacity ``subs`` set to n) and handed the generated workload as int32 columns. They
+match one event at a time (their figure stands in both ms columns) and report their own
+memory estimate (``calMemory``, whole MB) as the estimated bytes. Progress goes to
+stderr.
 
 Usage: ``nice .venv/bin/python bench/bench_domains.py --help``.
 """
@@ -31,8 +39,10 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,20 +65,33 @@ PARSE_SAMPLE = 10_000
 """Subscriptions whose parsing is timed alone, to tell parsing from filing in a build."""
 
 
-def ranges(n: int, events: int, per_subscription: int, width: float,
-           seed: int) -> tuple[list[tuple[str, str]], list[dict[str, int]]]:
+def range_arrays(n: int, events: int, per_subscription: int, width: float,
+                 seed: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """``n`` subscriptions of ``per_subscription`` closed ranges of ``width x DOMAIN`` on
-    distinct attributes of :data:`ATTRIBUTES`, and events carrying every attribute."""
+    distinct attributes of :data:`ATTRIBUTES` (their attributes and lower bounds, n x k,
+    and the span), and the values of events carrying every attribute (events x
+    :data:`ATTRIBUTES`)."""
     rng = np.random.default_rng(seed)
     span = int(width * DOMAIN)
     attrs = np.argsort(rng.random((n, ATTRIBUTES)), axis=1)[:, :per_subscription]
     lows = rng.integers(0, DOMAIN - span + 1, size=(n, per_subscription))
+    values = rng.integers(0, DOMAIN, size=(events, ATTRIBUTES))
+    return attrs, lows, span, values
+
+
+RANGES = {"fine2": (3, 0.02), "fine40": (3, 0.4), "hem": (10, 0.4)}
+"""The range workloads: predicates per subscription and width (a fraction of DOMAIN)."""
+
+
+def ranges(n: int, events: int, per_subscription: int, width: float,
+           seed: int) -> tuple[list[tuple[str, str]], list[dict[str, int]]]:
+    """:func:`range_arrays` as subscription texts (``aK between lo and hi``) and events."""
+    attrs, lows, span, values = range_arrays(n, events, per_subscription, width, seed)
     subscriptions = [
         (str(i), " and ".join(f"a{a} between {lo} and {lo + span}"
                               for a, lo in zip(row_a.tolist(), row_lo.tolist(), strict=True)))
         for i, (row_a, row_lo) in enumerate(zip(attrs, lows, strict=True))]
-    values = rng.integers(0, DOMAIN, size=(events, ATTRIBUTES)).tolist()
-    return subscriptions, [{f"a{a}": v for a, v in enumerate(row)} for row in values]
+    return subscriptions, [{f"a{a}": v for a, v in enumerate(row)} for row in values.tolist()]
 
 
 def workload(name: str, n: int, events: int,
@@ -78,10 +101,7 @@ def workload(name: str, n: int, events: int,
 
         generated = generate(BEGenParams(subscriptions=n, events=events, seed=seed))
         return generated.subscriptions, generated.events
-    if name in ("fine2", "fine40"):
-        return ranges(n, events, 3, 0.02 if name == "fine2" else 0.4, seed)
-    assert name == "hem"
-    return ranges(n, events, 10, 0.4, seed)
+    return ranges(n, events, *RANGES[name], seed)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -119,13 +139,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "matches_per_event": matches / len(events)}
 
 
-def run_child(workload_name: str, matcher: str, n: int,
-              args: argparse.Namespace) -> dict[str, Any]:
-    """``measure`` in a subprocess within the memory limit and timeout."""
-    command = [sys.executable, __file__, "--child", "--workload", workload_name,
-               "--matcher", matcher, "--n", str(n), "--events", str(args.events),
-               "--single", str(args.single), "--batch-size", str(args.batch_size),
-               "--seed", str(args.seed)]
+def limited_run(command: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Run ``command`` within the address-space limit (``--memory-gb``) and the CPU-time
+    limit (``--timeout``; the wall clock gets :data:`WALL_SLACK` times that, for a shared
+    machine): ``{"stdout": ...}``, or ``{"error": ...}`` saying which limit or failure
+    ended it."""
     limit = int(args.memory_gb * 2**30)
     cpu = int(args.timeout)
 
@@ -133,20 +151,97 @@ def run_child(workload_name: str, matcher: str, n: int,
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
 
-    failed = {"workload": workload_name, "matcher": matcher, "n": n}
-    try:  # the CPU limit is the timeout; the wall clock gets slack for a shared machine
+    try:
         done = subprocess.run(command, capture_output=True, text=True,
                               timeout=WALL_SLACK * args.timeout, preexec_fn=limited,
                               check=False)
     except subprocess.TimeoutExpired:
-        return failed | {"error": f"over {WALL_SLACK * args.timeout:.0f} s wall"}
+        return {"error": f"over {WALL_SLACK * args.timeout:.0f} s wall"}
     if done.returncode == -signal.SIGXCPU:
-        return failed | {"error": f"over {args.timeout:.0f} CPU s"}
+        return {"error": f"over {args.timeout:.0f} CPU s"}
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["?"])[-1]
-        return failed | {"error": "MemoryError" if "MemoryError" in done.stderr
-                         else tail[:80]}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        memory = "MemoryError" in done.stderr or "bad_alloc" in done.stderr
+        return {"error": "MemoryError" if memory else tail[:80]}
+    return {"stdout": done.stdout}
+
+
+def run_child(workload_name: str, matcher: str, n: int,
+              args: argparse.Namespace) -> dict[str, Any]:
+    """``measure`` in a subprocess within the memory limit and timeout."""
+    command = [sys.executable, __file__, "--child", "--workload", workload_name,
+               "--matcher", matcher, "--n", str(n), "--events", str(args.events),
+               "--single", str(args.single), "--batch-size", str(args.batch_size),
+               "--seed", str(args.seed)]
+    done = limited_run(command, args)
+    if "error" in done:
+        return {"workload": workload_name, "matcher": matcher, "n": n} | done
+    return json.loads(done["stdout"].strip().splitlines()[-1])
+
+
+HEM_MATCHERS = {"HEM5DD": "hem5dd", "Rein": "rein", "Tama": "tama"}
+"""HEM's matchers the driver runs (row name: the driver's name for it)."""
+HEM_SOURCES = ("HEM5.cpp", "Rein.cpp", "Tama.cpp", "Util.cpp", "constant.cpp", "generator.cpp",
+               "printer.cpp")
+"""The files of HEM's code the driver is linked with (besides its headers)."""
+
+
+def build_driver(hem_dir: Path, n: int) -> Path:
+    """``bench/hem_driver.cpp`` compiled against HEM's sources in ``hem_dir``, HEM's
+    compile-time capacity (``constant.h``'s ``subs``) set to ``n``, in a build directory
+    under ``hem_dir``; reused while neither the sources nor the driver changed."""
+    build = hem_dir / ".psmatch-driver" / f"subs-{n}"
+    exe, driver = build / "hem_driver", REPO / "bench" / "hem_driver.cpp"
+    sources = [hem_dir / name for name in HEM_SOURCES] + sorted(hem_dir.glob("*.h"))
+    missing = [str(p) for p in sources[:len(HEM_SOURCES)] if not p.is_file()]
+    if missing:
+        raise SystemExit(f"--hem-dir {hem_dir}: not HEM's code (no {', '.join(missing)})")
+    if exe.exists() and exe.stat().st_mtime >= max(p.stat().st_mtime for p in [*sources, driver]):
+        return exe
+    build.mkdir(parents=True, exist_ok=True)
+    for path in sources:
+        shutil.copy2(path, build / path.name)
+    constant = build / "constant.h"  # latin-1: the bytes as they are, whatever the comments
+    text, count = re.subn(r"^const int subs = \d+;", f"const int subs = {n};",
+                          constant.read_text(encoding="latin-1"), flags=re.MULTILINE)
+    if count != 1:
+        raise SystemExit(f"--hem-dir {hem_dir}: constant.h has no 'const int subs = N;' line")
+    constant.write_text(text, encoding="latin-1")
+    print(f"compiling {exe}", file=sys.stderr, flush=True)
+    subprocess.run(["g++", "-O3", "-march=native", "-std=c++17", "-w", "-I", str(build),
+                    "-o", str(exe), str(driver), *(str(build / f) for f in HEM_SOURCES),
+                    "-lpthread"], check=True)
+    return exe
+
+
+def write_hem_workload(path: Path, name: str, n: int, args: argparse.Namespace) -> None:
+    """The range workload ``name`` as the driver reads it (``bench/hem_driver.cpp``):
+    the same subscriptions and events :func:`ranges` gives psmatch's matchers."""
+    per_subscription, width = RANGES[name]
+    attrs, lows, span, values = range_arrays(n, args.events, per_subscription, width, args.seed)
+    header = np.array([n, per_subscription, args.events, ATTRIBUTES, DOMAIN], dtype=np.int32)
+    with open(path, "wb") as f:
+        for column in (header, attrs, lows, lows + span, values):
+            f.write(np.ascontiguousarray(column, dtype="<i4").tobytes())
+
+
+def run_peer(name: str, peer: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One of HEM's matchers on the workload ``name`` at ``n``, in the driver, within the
+    memory limit and timeout."""
+    exe = build_driver(Path(args.hem_dir).resolve(), n)
+    data = exe.parent / f"{name}-{n}-{args.events}-{args.seed}.i32"
+    if not data.exists():
+        write_hem_workload(data, name, n, args)
+    row = {"workload": name, "matcher": peer, "n": n}
+    done = limited_run([str(exe), HEM_MATCHERS[peer], str(data)], args)
+    if "error" in done:
+        return row | done
+    out = json.loads(done["stdout"].strip().splitlines()[-1])
+    return row | {"build_s": out["build_s"], "build_cpu_s": out["build_cpu_s"],
+                  "parse_cpu_s": 0.0, "estimated_bytes": out["memory_mb"] * 2**20,
+                  "peak_rss": out["peak_rss"], "batched_ms": out["ms_per_event"],
+                  "single_ms": out["ms_per_event"],
+                  "matches_per_event": out["matches_per_event"]}
 
 
 def _mib(value: float) -> str:
@@ -249,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                         "and report every run it holds (several invocations, one report)")
     parser.add_argument("--report-only", action="store_true",
                         help="run nothing: write the report of the --results file")
+    parser.add_argument("--hem-dir", help="a checkout of the public HEM code: run its "
+                        "HEM5DD, Rein and Tama on the range workloads too (needs g++)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workload", help=argparse.SUPPRESS)
     parser.add_argument("--matcher", help=argparse.SUPPRESS)
@@ -261,10 +358,12 @@ def main(argv: list[str] | None = None) -> int:
     for workload_name in [] if args.report_only else args.workloads.split(","):
         failed: set[str] = set()
         for n in sorted(int(s) for s in args.sizes.split(",")):
-            for matcher in args.matchers.split(","):
+            peers = list(HEM_MATCHERS) if args.hem_dir and workload_name in RANGES else []
+            for matcher in [*args.matchers.split(","), *peers]:
                 if matcher in failed:  # it failed at a smaller n: skip the larger ones
                     continue
-                result = run_child(workload_name, matcher, n, args)
+                result = (run_peer(workload_name, matcher, n, args) if matcher in HEM_MATCHERS
+                          else run_child(workload_name, matcher, n, args))
                 if "error" in result:
                     failed.add(matcher)
                 print(json.dumps(result), file=sys.stderr, flush=True)
