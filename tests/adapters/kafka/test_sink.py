@@ -16,7 +16,8 @@ from kafka.partitioner.default import murmur2
 
 from psmatch.adapters.kafka.admin import ensure_topics
 from psmatch.adapters.kafka.client import KafkaServiceError
-from psmatch.adapters.kafka.sink import RecordSink, SinkSettings, topic_runs
+from psmatch.adapters.kafka.reader import TopicReader
+from psmatch.adapters.kafka.sink import RecordSink, SinkSettings, TransactionalSink, topic_runs
 from psmatch.devservers.kafka_broker import KafkaBroker
 from psmatch.devservers.services import LocalServices
 from tests.adapters.kafka.topics import new_topics
@@ -120,3 +121,70 @@ def test_record_sink_waits_out_a_broker_restart(tmp_path: Path) -> None:
         assert values == list(range(1100))
     finally:
         broker.stop()
+
+
+def _committed_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of every record of ``topic`` a ``read_committed`` reader sees."""
+    with TopicReader(bootstrap, topic) as reader:
+        return [(r.key, r.value) for r in reader.read_to_end()]
+
+
+def _records(topic: str, keys: list[bytes]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"topic": [topic] * len(keys), "key": keys,
+                                       "value": [b"v-" + k for k in keys]}, schema=RECORDS)  # fmt: skip
+
+
+def test_a_transaction_makes_its_records_and_its_marker_visible_together(
+    services: LocalServices,
+) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    out, inputs = _two_topics(bootstrap, 2)
+    txn = f"txn-{out}"
+    sink = TransactionalSink(SinkSettings(bootstrap), txn, txn)
+    assert sink.committed(inputs, [0, 1]) == {0: 0, 1: 0}
+    sink.begin()
+    sink.write(_records(out, [b"a", b"b"]))
+    sink.commit(inputs, {1: 42}, "batch 7")
+    sink.close()
+    assert sorted(_committed_records(bootstrap, out)) == [(b"a", b"v-a"), (b"b", b"v-b")]
+    again = TransactionalSink(SinkSettings(bootstrap), txn, txn)
+    assert again.committed(inputs, [0, 1]) == {0: 0, 1: 42}
+    again.close()
+
+
+def test_a_new_sink_of_the_same_id_fences_the_old_one_and_aborts_its_records(
+    services: LocalServices,
+) -> None:
+    """The zombie's records reach the partition but no read_committed reader, and its
+    commit fails; the successor's records are read once."""
+    bootstrap = services.kafka.bootstrap_servers
+    out, inputs = _two_topics(bootstrap, 1)
+    txn = f"txn-{out}"
+    zombie = TransactionalSink(SinkSettings(bootstrap), txn, txn)
+    zombie.begin()
+    zombie.write(_records(out, [b"z1", b"z2"]))
+    zombie._producer.flush(10)  # the records are on the broker, the transaction open
+    successor = TransactionalSink(SinkSettings(bootstrap), txn, txn)
+    with pytest.raises(KafkaServiceError, match="[Ff]enced|epoch"):
+        zombie.commit(inputs, {0: 10}, "batch 1")
+    zombie.close()
+    assert successor.committed(inputs, [0]) == {0: 0}
+    successor.begin()
+    successor.write(_records(out, [b"s1"]))
+    successor.commit(inputs, {0: 10}, "batch 1")
+    successor.close()
+    assert _committed_records(bootstrap, out) == [(b"s1", b"v-s1")]
+    assert len(read_records(bootstrap, out, 10)) == 3  # read_uncommitted sees the zombie's
+
+
+def test_closing_an_open_transaction_aborts_it(services: LocalServices) -> None:
+    bootstrap = services.kafka.bootstrap_servers
+    out, inputs = _two_topics(bootstrap, 1)
+    sink = TransactionalSink(SinkSettings(bootstrap), f"txn-{out}", f"txn-{out}")
+    sink.begin()
+    sink.write(_records(out, [b"x"]))
+    sink.close()
+    assert _committed_records(bootstrap, out) == []
+    marker = TransactionalSink(SinkSettings(bootstrap), f"txn-{out}", f"txn-{out}")
+    assert marker.committed(inputs, [0]) == {0: 0}
+    marker.close()

@@ -9,6 +9,8 @@ sink takes as well) and the chunking of a batch by topic (:func:`topic_runs`).
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
 from itertools import pairwise
 
@@ -162,3 +164,141 @@ class RecordSink:
             self._producer = self._new_producer()
             raise KafkaServiceError(f"{failures} output records were not written to Kafka, "
                                     f"e.g. {'; '.join(examples)}")  # fmt: skip
+
+
+TRANSACTION_TIMEOUT_MS = 120_000
+"""How long the broker lets a transaction stay open (``transaction.timeout.ms``): a task
+must write and commit its records within it, else the broker aborts them and the task
+fails. It is also how long a transaction of a task that died, and is never fenced by a
+successor, holds back every ``read_committed`` consumer of its partitions."""
+
+
+class TransactionalSink:
+    """Writes output records in Kafka transactions, with a marker of the input read:
+    the exactly-once writer (:mod:`psmatch.service.delivery` says how a matching task
+    uses it).
+
+    Opening one with a ``transactional_id`` fences every earlier producer of that id:
+    the broker aborts its open transaction, and none of its later writes or commits
+    succeeds. The marker is the input position of ``marker_group``, a consumer group
+    nothing consumes with: :meth:`commit` makes the records written since :meth:`begin`
+    and the positions given visible together, or neither; :meth:`committed` reads the
+    positions back. Read after the sink is opened, the positions are those of every
+    transaction that will ever commit under the id.
+
+    Records go through confluent-kafka's ``Producer.produce``, one Python call a record
+    (librdkafka's transactional API is not in :class:`BatchProducer`), with the settings
+    of :class:`RecordSink` (partitioner, batches, compression). Cost per task: a
+    producer and a consumer created, ``init_transactions`` and a position read (a few
+    round trips to the broker), one commit (a round trip to the transaction coordinator
+    and the markers written to each partition written).
+    """
+
+    def __init__(self, settings: SinkSettings, transactional_id: str, marker_group: str,
+                 timeout_s: float = 60.0) -> None:  # fmt: skip
+        from confluent_kafka import Consumer, Producer
+
+        self._client_errors = ClientErrors(settings.bootstrap_servers)
+        self._timeout_s = timeout_s
+        base = {"bootstrap.servers": settings.bootstrap_servers,
+                **settings.security.client_config(), "error_cb": self._client_errors,
+                "logger": CLIENT_LOG}  # fmt: skip
+        self._producer = Producer({
+            **base, **sink_settings(settings.compression),
+            "partitioner": "murmur2_random",
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "message.max.bytes": 1 << 20,
+            "queue.buffering.max.kbytes": 12 * 1024,
+            "queue.buffering.max.messages": 1_000_000,
+        })  # fmt: skip
+        self._consumer = Consumer({**base, "group.id": marker_group,
+                                   "enable.auto.commit": False,
+                                   "isolation.level": "read_committed"})  # fmt: skip
+        self._failures: list[str] = []
+        self._open = False
+        try:
+            self._call(self._producer.init_transactions, self._timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def _call(self, method: object, *args: object) -> object:
+        """``method(*args)``, called again while it fails with a retriable error (a
+        coordinator moving or loading, for up to ``timeout_s``); any other Kafka error
+        as :class:`KafkaServiceError` (a refused login as
+        :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`)."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            try:
+                return method(*args)  # type: ignore[operator]
+            except KafkaException as exc:
+                self._client_errors.check()
+                error = exc.args[0]
+                if error.retriable() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                raise KafkaServiceError(f"Kafka transaction failed: {error}") from None
+
+    def committed(self, topic: str, partitions: list[int]) -> dict[int, int]:
+        """The marker's position in each of ``partitions`` of ``topic``: the first offset
+        no committed transaction covers (0 where none was committed)."""
+        from confluent_kafka import TopicPartition
+
+        got = self._call(self._consumer.committed,
+                         [TopicPartition(topic, p) for p in partitions], self._timeout_s)
+        return {tp.partition: max(tp.offset, 0) for tp in got}  # type: ignore[attr-defined]
+
+    def begin(self) -> None:
+        self._call(self._producer.begin_transaction)
+        self._open = True
+
+    def write(self, records: pa.RecordBatch | pa.Table) -> None:
+        """Queue ``records`` (the columns of :meth:`RecordSink.write`) in the open
+        transaction, in order."""
+        produce, poll = self._producer.produce, self._producer.poll
+        for batch in records.to_batches() if isinstance(records, pa.Table) else [records]:
+            columns = (batch.column(name).to_pylist() for name in ("topic", "key", "value"))
+            for topic, key, value in zip(*columns, strict=True):
+                while True:
+                    try:
+                        produce(topic, value, key, on_delivery=self._on_delivery)
+                        break
+                    except BufferError:  # the queue is full: wait for room
+                        poll(0.05)
+                        self._client_errors.check()
+            poll(0)
+
+    def _on_delivery(self, err: object, msg: object) -> None:
+        if err is not None and len(self._failures) < 3:
+            self._failures.append(f"{msg.topic()}: {err}")  # type: ignore[attr-defined]
+
+    def commit(self, topic: str, positions: dict[int, int], metadata: str) -> None:
+        """Commit the open transaction: the records written since :meth:`begin` and the
+        marker at ``positions`` (partition of ``topic`` -> the next offset to read),
+        noted with ``metadata``. :class:`KafkaServiceError` if it could not (the broker
+        fenced this producer, aborted the transaction on its timeout, or is out of
+        reach for ``timeout_s``): then nothing of it is visible."""
+        from confluent_kafka import TopicPartition
+
+        if positions:
+            offsets = [TopicPartition(topic, p, n, metadata) for p, n in sorted(positions.items())]
+            self._call(self._producer.send_offsets_to_transaction, offsets,
+                       self._consumer.consumer_group_metadata(), self._timeout_s)  # fmt: skip
+        self._call(self._producer.commit_transaction, self._timeout_s)
+        self._open = False
+        if self._failures:  # cannot be: a failed record fails the commit
+            raise KafkaServiceError(f"records failed in a committed transaction: {self._failures}")
+
+    def close(self) -> None:
+        """Abort the open transaction, if any (best effort: a successor's fencing aborts
+        it too), and release the clients."""
+        from confluent_kafka import KafkaException
+
+        if self._open:
+            self._open = False
+            with contextlib.suppress(KafkaException):
+                self._producer.abort_transaction(min(self._timeout_s, 10.0))
+        self._consumer.close()
