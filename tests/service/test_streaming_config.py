@@ -18,7 +18,7 @@ def test_defaults_work_on_one_machine() -> None:
     cfg = ServiceConfig.load(env={})
     assert cfg.bootstrap_servers == "127.0.0.1:9092"
     assert cfg.subscriptions_topic == "psmatch.subscriptions"
-    assert cfg.matcher == "psthash"
+    assert cfg.matcher == "auto"
     assert cfg.trigger_seconds == 1.0
     assert cfg.sink_compression == "lz4"
 

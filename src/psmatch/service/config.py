@@ -84,7 +84,8 @@ class ServiceConfig:
                           "(and always every change of the latest batch)"},
     )
     matcher: str = field(
-        default="psthash", metadata={"help": "matcher kind: psthash, pstbloom or scan"}
+        default="auto", metadata={"help": "matcher kind (psmatch.matchers.MATCHERS): auto "
+                                          "(PSTHash or bitset per conjunct), psthash, bitset, ..."}
     )
     trigger_seconds: float = field(
         default=1.0, metadata={"help": "micro-batch trigger interval in seconds"}
