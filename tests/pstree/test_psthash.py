@@ -86,26 +86,28 @@ def _both(statements: list[tuple[object, str]]) -> tuple:
 
 def _wide_pairs(n: int) -> list[tuple[object, str]]:
     """Point conjuncts making trees ``a``, ``b``, ``c`` of 2n + 1 spaces, and n // 4 on
-    ``a`` and ``b`` whose predicates each cover over 100 of them (over MAX_KEYS pairs)
-    and leave out over 32 (not near-full): filed on the fallback lists."""
+    ``a`` and ``b`` whose predicates each cover over 2n // 5 of them (over MAX_KEYS pairs)
+    and leave out over 32 (not near-full): filed on the fallback lists while they cover
+    at most WIDE_COVER spaces (n = 40), in the cells beyond (n = 200)."""
     points = [(f"p{i}", f"a = {i} or b = {i} or c = {i}") for i in range(n)]
     wide = [(f"w{i}", f"a >= {n // 5 + i} and b < {n - n // 5 - i}") for i in range(n // 4)]
     return points + wide
 
 
 def test_fallback_conjuncts_need_their_second_attribute_to_be_candidates() -> None:
-    psthash, scan = _both(_wide_pairs(100))
+    psthash, scan = _both(_wide_pairs(40))
     assert len(psthash.table) == 0 and len(psthash.side) == 0
+    assert not psthash.cells.wide.view().any()
     keys, _ = psthash.fallback.entries()
-    assert ((keys & 0xFFFFFFFF) != 0xFFFFFFFF).sum() > 25 * 100  # the wide ones, per space
+    assert ((keys & 0xFFFFFFFF) != 0xFFFFFFFF).sum() > 10 * 40  # the wide ones, per space
     # An event lacking ``b`` looks up only the single-predicate keys of its ``a``
-    # space: the point conjunct ``a = 60`` (its ``a`` part), never a wide one.
-    only_a = _candidates(psthash, {"a": 60})
+    # space: the point conjunct ``a = 30`` (its ``a`` part), never a wide one.
+    only_a = _candidates(psthash, {"a": 30})
     assert len(only_a) == 1
-    both = _candidates(psthash, {"a": 60, "b": 20})
-    assert len(both) == 2 + 25  # a = 60, b = 20 and every wide one (its first holds)
-    for event in ({"a": 60}, {"b": 20}, {"a": 60, "b": 20}, {"a": 5, "b": 3, "c": 3},
-                  {"c": 7}, {"a": 99, "b": 0}):
+    both = _candidates(psthash, {"a": 30, "b": 10})
+    assert len(both) == 2 + 10  # a = 30, b = 10 and every wide one (its first holds)
+    for event in ({"a": 30}, {"b": 10}, {"a": 30, "b": 10}, {"a": 5, "b": 3, "c": 3},
+                  {"c": 7}, {"a": 39, "b": 0}):
         assert psthash.match(event) == scan.match(event), event
 
 

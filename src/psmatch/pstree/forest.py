@@ -125,6 +125,11 @@ class Forest:
         np.add.at(self.bound_refs, bids, _ONE)
         return bids, splits
 
+    def pin_bounds(self, bids: np.ndarray) -> None:
+        """Reference present bounds once more, so that they stay bounds (and keep their
+        spaces) until :meth:`release_bounds` drops the reference. O(len(bids))."""
+        np.add.at(self.bound_refs, bids, _ONE)
+
     def release_bounds(self, bids: np.ndarray) -> None:
         """Drop one reference to each bound of ``bids`` (a bound may come more than once;
         -1, an unbounded end, is skipped). Bounds left with none are removed and their

@@ -44,6 +44,7 @@ from psmatch.core.columns import GrowableArray, expand_ranges, grown_capacity, z
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
 from psmatch.events import FlatEvent
+from psmatch.pstree.cells import WIDE_COVER, WideLists
 from psmatch.pstree.matcher import ForestBatch, ForestMatcher
 from psmatch.pstree.spaces import Splits
 from psmatch.pstree.store import InsertedConjuncts
@@ -66,6 +67,7 @@ class PSTBloomMatcher(ForestMatcher):
         super().__init__()
         self.lists = MultiMap()
         self.side = MultiMap()  # tree id -> conjuncts whose access predicate is near-full
+        self.cells = WideLists()  # access predicates covering over WIDE_COVER spaces
         self.sig_offset = np.zeros(0, dtype=np.int64)  # first word of a space's filter
         self.sig_bits = np.zeros(0, dtype=np.int64)  # its size in bits; 0: no filter
         self.sig_pool = np.zeros(0, dtype=np.uint64)
@@ -79,12 +81,15 @@ class PSTBloomMatcher(ForestMatcher):
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
         self._on_splits(inserted.splits)
         side = inserted.near_full(0)
-        cids, sids = inserted.covered(0, ~side)
+        wide = inserted.covered_count(0, ~side) > WIDE_COVER
+        cids, sids = inserted.covered(0, ~side & ~wide)
         self.lists.add(sids, cids.astype(np.int32))
         self.side.add(self.store.pred_tree[self.store.pred_start.data[
             inserted.cids[side]]].astype(np.int64), inserted.cids[side].astype(np.int32))
         self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
+        # last: re-anchoring a tree may merge spaces, which the lists above were filed by
+        self.cells.file(self.forest, self.store, inserted.cids, wide, inserted.splits.tree)
 
     def _unfile_rows(self, cids: np.ndarray) -> None:
         self._removed_since_build += len(cids)
@@ -120,11 +125,16 @@ class PSTBloomMatcher(ForestMatcher):
 
     def _purge(self) -> None:
         self.side.compact(lambda _, cids: self.registry.alive.data[cids])
+        self.cells.compact(self.registry.alive.data)
         super()._purge()
 
     def _family_bytes(self) -> int:
         return int(self.sig_pool.nbytes + self.sig_offset.nbytes + self.sig_bits.nbytes
-                   + self.sig_mask.nbytes + self.side.nbytes)
+                   + self.sig_mask.nbytes + self.side.nbytes + self.cells.nbytes)
+
+    def _check(self) -> None:
+        super()._check()
+        self.cells.check(self.forest, self.store)
 
     # -- signatures --------------------------------------------------------------------
 
@@ -221,11 +231,16 @@ class PSTBloomMatcher(ForestMatcher):
         sid_matrix[located.event, located.tree] = located.sid
         pair, cids = self.lists.lookup(located.sid)
         side_pair, side_cids = self.side.lookup(located.tree)
-        checked = np.repeat(np.array([1, 0], dtype=np.int32), [len(pair), len(side_pair)])
+        wide_pair, wide_cids, wide_checked, probed = self.cells.candidates(
+            self.forest, located.tree, located.position)
+        checked = np.concatenate([
+            np.repeat(np.array([1, 0], dtype=np.int32), [len(pair), len(side_pair)]),
+            wide_checked])
         ev, cids, checked = self._signature_filter(
-            located.event[np.concatenate([pair, side_pair])],
-            np.concatenate([cids, side_cids]).astype(np.int64), checked, sid_matrix)
-        return Candidates(ev, cids, len(pair) + len(side_pair), checked)
+            located.event[np.concatenate([pair, side_pair, wide_pair])],
+            np.concatenate([cids, side_cids, wide_cids]).astype(np.int64), checked, sid_matrix)
+        return Candidates(ev, cids, len(pair) + len(side_pair) + len(wide_pair) + probed,
+                          checked)
 
     def _signature_filter(self, ev: np.ndarray, cids: np.ndarray, checked: np.ndarray,
                           sid_matrix: np.ndarray

@@ -41,6 +41,7 @@ import numpy as np
 from psmatch.core.columns import GrowableArray, distinct_sorted, expand_ranges, find_sorted
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
+from psmatch.pstree.cells import WIDE_COVER, WideLists
 from psmatch.pstree.kernels import (
     fallback_candidates,
     hashed_pair_entries,
@@ -76,6 +77,7 @@ class PSTHashMatcher(ForestMatcher):
         self.fallback = MultiMap()
         self.hashed = GrowableArray(np.bool_)
         self.side = MultiMap()  # tree id -> conjuncts whose access predicate is near-full
+        self.cells = WideLists()  # fallback conjuncts whose first access predicate is wide
         self._tree_pairs = np.empty(0, dtype=np.int64)  # sorted (low tree << 32 | high tree)
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
@@ -90,8 +92,10 @@ class PSTHashMatcher(ForestMatcher):
         n_first = inserted.covered_count(0, ~side)
         n_second = inserted.covered_count(1, ~side & ~inserted.near_full(1))
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
+        wide = ~hashed & (n_first > WIDE_COVER)
+        n_first[wide] = 0
         self.hashed.put(cids, hashed)
-        first_cid, first_sid = inserted.covered(0, ~side)
+        first_cid, first_sid = inserted.covered(0, ~side & ~wide)
         second_cid, second_sid = inserted.covered(1, hashed)
         start = store.pred_start.data[cids[hashed]]
         self._add_tree_pairs(store.pred_tree[start], store.pred_tree[start + 1])
@@ -110,6 +114,8 @@ class PSTHashMatcher(ForestMatcher):
         fallback_cid = first_cid[~in_hash]
         self.fallback.add(fallback_key(first_sid[~in_hash], self._second_tree(fallback_cid)),
                           fallback_cid.astype(np.int32))
+        # last: re-anchoring a tree may merge spaces, which the entries above were filed by
+        self.cells.file(self.forest, self.store, cids, wide, inserted.splits.tree)
 
     def _second_tree(self, cids: np.ndarray) -> np.ndarray:
         """Tree of each conjunct's second access predicate, :data:`NO_TREE` without."""
@@ -139,6 +145,7 @@ class PSTHashMatcher(ForestMatcher):
         pairs of live hashed conjuncts."""
         alive = self.registry.alive.data
         self.side.compact(lambda _, cids: alive[cids])
+        self.cells.compact(alive)
         alive_space = self.forest.spaces.alive
         self.fallback.compact(lambda keys, cids: alive[cids] & alive_space[keys >> 32])
         live = np.flatnonzero(self.registry.alive.view() & self.hashed.view())
@@ -182,7 +189,7 @@ class PSTHashMatcher(ForestMatcher):
 
     def _family_bytes(self) -> int:
         return (self.hashed.nbytes + self.side.nbytes + self.fallback.nbytes
-                + self._tree_pairs.nbytes)
+                + self._tree_pairs.nbytes + self.cells.nbytes)
 
     def _check(self) -> None:
         """Besides the shared structures: each live fallback conjunct is filed under
@@ -190,6 +197,7 @@ class PSTHashMatcher(ForestMatcher):
         under spaces of its first tree. O(entries) plus a Python step per fallback
         conjunct."""
         super()._check()
+        self.cells.check(self.forest, self.store)
         self.fallback.check()
         store = self.store
         keys, cids = self.fallback.entries()
@@ -202,6 +210,7 @@ class PSTHashMatcher(ForestMatcher):
         assert (self.forest.spaces.tree[sid] == first_tree).all(), "a space of another tree"
         filed = self.registry.alive.view() & ~self.hashed.view()
         filed[self.side.entries()[1]] = False  # on a side list instead
+        filed &= ~self.cells.wide.view()[: len(filed)]  # in the cells instead
         filed_cids = np.flatnonzero(filed)
         order = np.argsort(cids, kind="stable")
         lows = np.searchsorted(cids[order], filed_cids, side="left")
@@ -225,13 +234,18 @@ class PSTHashMatcher(ForestMatcher):
             *(fallback_candidates(*part, ev, positions, NO_TREE)
               for part in self.fallback.key_ranges(*_space_range(sids))), strict=True))
         side_pair, side_cids = self.side.lookup(located.tree)
-        checked = np.repeat(np.array([2, 1, 0], dtype=np.int32),
-                            [len(query), len(pair), len(side_pair)])
-        return Candidates(np.concatenate([pair_events[query], ev[pair], ev[side_pair]]),
-                          np.concatenate([hashed_cids, fallback_cids, side_cids]
+        wide_pair, wide_cids, wide_checked, probed = self.cells.candidates(
+            self.forest, located.tree, located.position)
+        checked = np.concatenate([
+            np.repeat(np.array([2, 1, 0], dtype=np.int32), [len(query), len(pair),
+                                                            len(side_pair)]),
+            wide_checked])
+        return Candidates(np.concatenate([pair_events[query], ev[pair], ev[side_pair],
+                                          ev[wide_pair]]),
+                          np.concatenate([hashed_cids, fallback_cids, side_cids, wide_cids]
                                          ).astype(np.int64),
-                          len(ev) + len(keys) + len(query) + len(pair) + len(side_pair),
-                          checked)
+                          len(ev) + len(keys) + len(query) + len(pair) + len(side_pair)
+                          + len(wide_pair) + probed, checked)
 
     def _hashed_pairs(self, ev: np.ndarray, tree: np.ndarray,
                       sid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
