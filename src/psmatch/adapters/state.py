@@ -33,8 +33,12 @@ exponential backoff and jitter until ``retry_seconds`` have passed since the fir
 failure, one log line per retry (the schedule is :mod:`psmatch.adapters.redis_retry`'s,
 which also counts them for the metrics); past that, :class:`StateUnavailableError`.
 Retrying a change is safe because of the offset check above.
-A wrong password fails at once (:class:`StateAuthenticationError`). Neither log lines nor
-errors ever contain a password: the server is named by :func:`redact_url`.
+A wrong password fails at once (:class:`StateAuthenticationError`), and so does a TLS
+refusal, which looks like an outage to the client (a CA that does not verify the server,
+a client certificate the server does not accept, ``redis://`` to a TLS port or
+``rediss://`` to a plaintext one): the first failure of a call asks the server once
+(:mod:`psmatch.adapters.tls_probe`). Neither log lines nor errors ever contain a
+password: the server is named by :func:`redact_url`.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from psmatch.adapters.redis_retry import backoff_delay, note_recovered, note_retry
+from psmatch.adapters.tls_probe import redis_tls_refusal
 from psmatch.errors import PsmatchError
 
 
@@ -67,7 +72,8 @@ class StateUnavailableError(StateError):
 
 
 class StateAuthenticationError(StateError):
-    """Redis refused the connection's credentials (a wrong or missing password)."""
+    """Redis refused the connection: its credentials (a wrong or missing password) or its
+    TLS (see the module docstring); retrying cannot help."""
 
 
 log = logging.getLogger(__name__)
@@ -228,14 +234,17 @@ class StateStore:
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> StateStore:
         """A store on ``redis://[[user]:password@]host:port/db``, ``rediss://`` (TLS) or
-        ``unix://``; a ``ssl_ca_certs=<file>`` query parameter names the CA bundle that
-        verifies a ``rediss://`` server."""
+        ``unix://``; with ``rediss://``, the query parameters ``ssl_ca_certs=<file>`` (the
+        CA bundle that verifies the server) and ``ssl_certfile``/``ssl_keyfile`` (a client
+        certificate and its key)."""
         parts = urlsplit(url)
         query = dict(parse_qsl(parts.query))
-        ca_file = query.pop("ssl_ca_certs", None)
+        options: dict[str, Any] = {k: query.pop(k) for k in _TLS_PARAMETERS if k in query}
+        if options and parts.scheme != "rediss":
+            raise StateError(f"{sorted(options)[0]} is for TLS: the URL must be rediss://, "
+                             f"not {redact_url(urlunsplit(parts._replace(query='')))}")  # fmt: skip
         query.pop("decode_responses", None)  # the store decodes what it reads itself
         url = urlunsplit(parts._replace(query=urlencode(query)))
-        options: dict[str, Any] = {"ssl_ca_certs": ca_file} if ca_file else {}
         client = redis.Redis.from_url(
             url,
             decode_responses=False,
@@ -267,6 +276,14 @@ class StateStore:
                     "password (PSMATCH_REDIS_PASSWORD or --redis-password-file)"
                 ) from None
             except (redis.ConnectionError, redis.TimeoutError) as exc:
+                refusal = None
+                if attempt == 0:  # ask the server once per call: a refusal, or an outage?
+                    pool = self.client.connection_pool
+                    refusal = redis_tls_refusal(pool.connection_kwargs,
+                                                issubclass(pool.connection_class,
+                                                           redis.SSLConnection))  # fmt: skip
+                if refusal is not None:
+                    raise StateAuthenticationError(f"{self.where} {refusal}") from None
                 now = time.monotonic()
                 started = now if started is None else started
                 waited = now - started
@@ -444,6 +461,9 @@ class StateStore:
         :class:`ChangeLogGapError` if any is gone."""
         return [change for part in self.change_chunks(after, upto, max(upto - after, 1))
                 for change in part]
+
+
+_TLS_PARAMETERS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
 def _change(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Change:

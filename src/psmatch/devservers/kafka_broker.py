@@ -1,8 +1,10 @@
 """A development Kafka broker: :class:`KafkaBroker`, single-node Apache Kafka 4.x in
 KRaft mode (combined broker + controller) on loopback.
 
-Owns the broker's configuration (PLAINTEXT listener, and a ``SASL_PLAINTEXT`` one with
-``PLAIN`` users when asked), its storage (formatted with ``kafka.tools.StorageTool format
+Owns the broker's configuration (a PLAINTEXT listener; or, secure, a ``SASL_SSL``
+listener with SCRAM-SHA-512 users, an mTLS listener and Kafka's ``StandardAuthorizer``
+denying what no ACL allows, with certificates from :class:`psmatch.devservers.tls.DevCA`),
+its storage (formatted with ``kafka.tools.StorageTool format
 --standalone``), its start from the Maven Central jars that ``scripts/fetch-jars.sh``
 puts in ``.cache/kafka/libs`` (``java -cp <libs>/* kafka.Kafka``) and the wait until it
 answers clients. Its process's life is :class:`psmatch.devservers.process.LocalServer`'s.
@@ -19,11 +21,13 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from psmatch.devservers.process import LocalServer, LocalServerError, free_port, port_open
+from psmatch.devservers.tls import DevCA
 from psmatch.paths import base_dir
 
 log = logging.getLogger(__name__)
@@ -60,9 +64,14 @@ Configuration:
 class KafkaBroker(LocalServer):
     """A single-node Kafka broker + KRaft controller on 127.0.0.1.
 
-    Clients use the PLAINTEXT listener on ``port``. With ``sasl_users`` (user name →
-    password) the broker also has a ``SASL_PLAINTEXT`` listener on ``sasl_port`` that
-    accepts those users with the SASL ``PLAIN`` mechanism.
+    Clients use the PLAINTEXT listener on ``port``. With ``ca`` (secure), there is no
+    PLAINTEXT listener: ``port`` is a ``SASL_SSL`` listener (SCRAM-SHA-512; the users
+    in ``scram_users``, user name -> password, are created through the admin API once the
+    broker runs, so no password is on a command line) and ``mtls_port`` an ``SSL``
+    listener that requires a client certificate ``ca`` signs (principal
+    ``User:CN=<name>``). The broker's authorizer then denies whatever no ACL allows,
+    except to the super users: ``super_users`` and the broker itself (``CN=kafka-broker``,
+    whose certificate :attr:`admin_config` uses).
     """
 
     NAME = "Kafka broker"
@@ -73,8 +82,10 @@ class KafkaBroker(LocalServer):
     libs_dir: Path = DEFAULT_CACHE_DIR / "kafka" / "libs"
     heap: str = "768m"
     detached: bool = False
-    sasl_port: int = 0
-    sasl_users: dict[str, str] = field(default_factory=dict, repr=False)
+    ca: DevCA | None = None
+    mtls_port: int = 0
+    scram_users: dict[str, str] = field(default_factory=dict, repr=False)
+    super_users: tuple[str, ...] = ()
     _proc: subprocess.Popen[bytes] | None = None
     _pid: int | None = None
 
@@ -85,14 +96,35 @@ class KafkaBroker(LocalServer):
         if state is None:
             return None
         return cls(data_dir, port=state["port"], controller_port=state["controller_port"],
-                   detached=True, _pid=state["pid"], **kwargs)  # fmt: skip
+                   mtls_port=state.get("mtls_port", 0), detached=True, _pid=state["pid"],
+                   **kwargs)  # fmt: skip
 
     def _state(self) -> dict[str, Any]:
-        return {"port": self.port, "controller_port": self.controller_port}
+        return {"port": self.port, "controller_port": self.controller_port,
+                "mtls_port": self.mtls_port}
 
     @property
-    def sasl_bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.sasl_port}"
+    def mtls_bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.mtls_port}"
+
+    @property
+    def secure(self) -> bool:
+        return self.ca is not None
+
+    def _ca(self) -> DevCA:
+        assert self.ca is not None, "only a secure broker has certificates"
+        return self.ca
+
+    def admin_config(self) -> dict[str, str]:
+        """librdkafka settings of a super user's client: the broker's own certificate
+        on the mTLS listener of a secure broker, else PLAINTEXT."""
+        if not self.secure:
+            return {"bootstrap.servers": self.bootstrap_servers}
+        issued = self._ca().issue("kafka-broker", server=True)
+        return {"bootstrap.servers": self.mtls_bootstrap_servers, "security.protocol": "SSL",
+                "ssl.ca.location": str(self._ca().ca_file),
+                "ssl.certificate.location": str(issued.cert_file),
+                "ssl.key.location": str(issued.key_file)}  # fmt: skip
 
     @property
     def bootstrap_servers(self) -> str:
@@ -133,17 +165,31 @@ class KafkaBroker(LocalServer):
         listeners = [f"PLAINTEXT://127.0.0.1:{self.port}",
                      f"CONTROLLER://127.0.0.1:{self.controller_port}"]  # fmt: skip
         protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
-        sasl: dict[str, str] = {}
-        if self.sasl_users:
-            listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}")
-            protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
-            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
-            sasl = {
-                "sasl.enabled.mechanisms": "PLAIN",
-                "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
-                    f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
-                ),
-            }
+        inter_broker = "PLAINTEXT"
+        security: dict[str, str] = {}
+        if self.secure:
+            inter_broker = "MTLS"
+            listeners = [f"SASL_SSL://127.0.0.1:{self.port}",
+                         f"MTLS://127.0.0.1:{self.mtls_port}",
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}"]  # fmt: skip
+            protocols = "SASL_SSL:SASL_SSL,MTLS:SSL,CONTROLLER:SSL"
+            keystore = self._ca().issue("kafka-broker", server=True).keystore_file
+            supers = ["User:CN=kafka-broker", *(f"User:{name}" for name in self.super_users)]
+            security = {
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(self._ca().ca_file),
+                "listener.name.mtls.ssl.client.auth": "required",
+                "listener.name.controller.ssl.client.auth": "required",
+                "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+                "authorizer.class.name":
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users": ";".join(supers),
+                "allow.everyone.if.no.acl.found": "false",
+            }  # fmt: skip
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -151,9 +197,9 @@ class KafkaBroker(LocalServer):
             "listeners": ",".join(listeners),
             "advertised.listeners": ",".join(listeners),
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "inter.broker.listener.name": inter_broker,
             "listener.security.protocol.map": protocols,
-            **sasl,
+            **security,
             "log.dirs": str(self.data_dir / "data"),
             "num.partitions": "1",
             "offsets.topic.replication.factor": "1",
@@ -167,7 +213,7 @@ class KafkaBroker(LocalServer):
             "log.cleaner.backoff.ms": "1000",
         }
         path = self.data_dir / "server.properties"
-        path.touch(mode=0o600)  # it may hold the SASL users' passwords
+        path.touch(mode=0o600)
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.data_dir / "log4j2.yaml").write_text(_LOG4J2.format(log_file=self.log_file))
         return path
@@ -186,8 +232,8 @@ class KafkaBroker(LocalServer):
             self.controller_port = int(port_file.read_text())
         self.controller_port = self.controller_port or free_port()
         port_file.write_text(str(self.controller_port))
-        if self.sasl_users:
-            self.sasl_port = self.sasl_port or free_port()
+        if self.secure:
+            self.mtls_port = self.mtls_port or free_port()
         config = self._write_config()
         if not (self.data_dir / "data" / "meta.properties").exists():
             cluster_id = self._storage_tool("random-uuid").strip()
@@ -196,6 +242,8 @@ class KafkaBroker(LocalServer):
             self._launch(self._java("kafka.Kafka", str(config), heap=self.heap), out)
         log.info("Kafka broker starting on %s (pid %s)", self.bootstrap_servers, self.pid)
         self._wait_ready(timeout)
+        if self.scram_users:
+            self.add_scram_users(self.scram_users)
         return self
 
     def _wait_ready(self, timeout: float) -> None:
@@ -205,9 +253,9 @@ class KafkaBroker(LocalServer):
         admin = None
         while time.monotonic() < deadline:
             self._check_alive(self.data_dir / "kafka.out")
-            if port_open("127.0.0.1", self.port):
+            if port_open("127.0.0.1", self.mtls_port if self.secure else self.port):
                 if admin is None:
-                    admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+                    admin = AdminClient(self.admin_config())
                 try:
                     md = admin.list_topics(timeout=2)
                     if md.brokers:
@@ -218,3 +266,20 @@ class KafkaBroker(LocalServer):
             time.sleep(0.3)
         self.stop()
         raise LocalServerError(f"Kafka did not become ready in {timeout:.0f} s")
+
+    def add_scram_users(self, users: Mapping[str, str]) -> None:
+        """Create (or reset) SCRAM-SHA-512 users (user name -> password) through the
+        admin API, as a super user."""
+        from confluent_kafka.admin import (
+            AdminClient,
+            ScramCredentialInfo,
+            ScramMechanism,
+            UserScramCredentialUpsertion,
+        )
+
+        admin = AdminClient(self.admin_config())
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192)
+        upserts = [UserScramCredentialUpsertion(name, info, password.encode())
+                   for name, password in users.items()]  # fmt: skip
+        for future in admin.alter_user_scram_credentials(upserts).values():
+            future.result(timeout=30)

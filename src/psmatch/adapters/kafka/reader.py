@@ -17,8 +17,17 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
-from psmatch.adapters.kafka.client import ClientErrors, KafkaServiceError, client_config
+from psmatch.adapters.kafka.client import (
+    ClientErrors,
+    KafkaAuthorizationError,
+    KafkaServiceError,
+    client_config,
+)
 from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
+
+GROUP_PREFIX = "psmatch-reader-"
+"""The prefix of every reader's consumer group id (a reader commits nothing, yet the
+broker checks READ on its group)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +48,9 @@ class Record:
 class TopicReader:
     """Reads one topic from the beginning or the end, or from given offsets, without a
     group: all its partitions, or those given (:class:`KafkaServiceError` for one it does
-    not have)."""
+    not have). On a broker with ACLs the principal needs READ on the topic and on the
+    consumer groups prefixed :data:`GROUP_PREFIX` (:class:`KafkaAuthorizationError`
+    says which is missing)."""
 
     def __init__(
         self,
@@ -57,7 +68,7 @@ class TopicReader:
         self._consumer = Consumer(
             {
                 **client_config(bootstrap_servers, security, self._client_errors),
-                "group.id": f"psmatch-reader-{uuid.uuid4().hex}",
+                "group.id": f"{GROUP_PREFIX}{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "auto.offset.reset": "earliest" if from_beginning else "latest",
@@ -69,6 +80,11 @@ class TopicReader:
         md = self._metadata(topic, timeout=30.0)
         if topic not in md.topics or md.topics[topic].error is not None:
             self._consumer.close()
+            error = md.topics[topic].error if topic in md.topics else None
+            if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise KafkaAuthorizationError(
+                    f"not authorised to read topic {topic}: the principal needs READ on it"
+                )
             raise KafkaServiceError(f"topic {topic} does not exist")
         self._partitions = sorted(md.topics[topic].partitions)
         if partitions is not None:
@@ -125,6 +141,14 @@ class TopicReader:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self._eof.add(msg.partition())
                     continue
+                if err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    raise KafkaAuthorizationError(
+                        f"not authorised to read {self.topic}: a reader's consumer group is "
+                        f"{GROUP_PREFIX}<random>, so the principal needs READ on the groups "
+                        f"with that prefix (a PREFIXED ACL on group {GROUP_PREFIX})")
+                if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise KafkaAuthorizationError(f"not authorised to read topic {self.topic}: "
+                                                  "the principal needs READ on it")  # fmt: skip
                 raise KafkaServiceError(f"reading {self.topic}: {err}")
             self._eof.discard(msg.partition())
             out.append(msg)

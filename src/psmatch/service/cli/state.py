@@ -56,7 +56,8 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
                     "; ".join(samples))  # fmt: skip
     live = {k: v for k, v in latest.items() if v is not None}
     store = StateStore.from_url(
-        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention
+        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention,
+        cfg.redis_retry_seconds,
     )
     version = store.rebuild(live, offsets)
     print(
@@ -79,7 +80,8 @@ def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
         print(f"psmatch explain: {exc} [{exc.code}]", file=sys.stderr)
         return 2
     store = StateStore.from_url(
-        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention
+        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention,
+        cfg.redis_retry_seconds,
     )
     record = store.get(args.id)
     if record is None:
