@@ -29,7 +29,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
-from psmatch.adapters.kafka.security import KAFKA_PROTOCOLS, SASL_MECHANISMS, KafkaSecurity
+from psmatch.adapters.kafka.security import (
+    KAFKA_PROTOCOLS,
+    SASL_MECHANISMS,
+    KafkaSecurity,
+    pem_keystore_problem,
+)
 from psmatch.paths import base_dir
 from psmatch.service.errors import ConfigError
 from psmatch.service.records import common as record_limits
@@ -180,6 +185,16 @@ class ServiceConfig:
         metadata={"help": "CA bundle (PEM) that verifies the brokers with SSL or SASL_SSL "
                   "(default: the system's)"},
     )  # fmt: skip
+    kafka_cert_file: str = field(
+        default="",
+        metadata={"help": "client certificate (PEM) for a broker that requires one (mTLS), "
+                  "with SSL or SASL_SSL; needs kafka_key_file"},
+    )  # fmt: skip
+    kafka_key_file: str = field(
+        default="",
+        metadata={"help": "the client certificate's unencrypted PKCS#8 key, in one PEM file "
+                  "with the certificate chain (Java's PEM key store; may be kafka_cert_file)"},
+    )  # fmt: skip
     redis_password_file: str = field(
         default="",
         metadata={"help": "file holding the Redis password (or set PSMATCH_REDIS_PASSWORD, "
@@ -188,6 +203,14 @@ class ServiceConfig:
     redis_ca_file: str = field(
         default="",
         metadata={"help": "CA bundle (PEM) verifying a rediss:// server (default: the system's)"},
+    )
+    redis_cert_file: str = field(
+        default="",
+        metadata={"help": "client certificate (PEM) for a rediss:// server that asks for one; "
+                  "needs redis_key_file"},
+    )  # fmt: skip
+    redis_key_file: str = field(
+        default="", metadata={"help": "the key (PEM) of redis_cert_file"}
     )
     kafka_password: str = field(
         default="", repr=False, metadata={"secret": True, "help": "SASL password"}
@@ -265,10 +288,27 @@ class ServiceConfig:
                     "kafka_username and a password (PSMATCH_KAFKA_PASSWORD or "
                     "--kafka-password-file)"
                 )
-        for name in ("kafka_ca_file", "redis_ca_file"):
+        for name in ("kafka_ca_file", "redis_ca_file", "kafka_cert_file", "kafka_key_file",
+                     "redis_cert_file", "redis_key_file"):  # fmt: skip
             path = getattr(self, name)
             if path and not Path(path).is_file():
                 raise ConfigError(f"{name} {path} is not a file")
+        for server in ("kafka", "redis"):
+            cert, key = getattr(self, f"{server}_cert_file"), getattr(self, f"{server}_key_file")
+            if bool(cert) != bool(key):
+                raise ConfigError(f"{server}_cert_file and {server}_key_file go together: "
+                                  "give both or neither")  # fmt: skip
+        if self.kafka_cert_file:
+            if self.kafka_security_protocol not in ("SSL", "SASL_SSL"):
+                raise ConfigError("kafka_cert_file needs kafka_security_protocol SSL or "
+                                  f"SASL_SSL, not {self.kafka_security_protocol}")  # fmt: skip
+            problem = pem_keystore_problem(self.kafka_key_file)
+            if problem is not None:
+                raise ConfigError(f"kafka_key_file {self.kafka_key_file} {problem}")
+        tls_settings = [n for n in ("redis_ca_file", "redis_cert_file") if getattr(self, n)]
+        if tls_settings and not self.redis_url.startswith("rediss://"):
+            raise ConfigError(f"{tls_settings[0]} is for TLS: give a rediss:// redis_url, not "
+                              f"{self.redis_display_url!r}")  # fmt: skip
 
     # -- derived settings ----------------------------------------------------------
 
@@ -282,19 +322,23 @@ class ServiceConfig:
             username=self.kafka_username,
             password=self.kafka_password,
             ca_file=self.kafka_ca_file,
+            cert_file=self.kafka_cert_file,
+            key_file=self.kafka_key_file,
         )
 
     @property
     def redis_connection_url(self) -> str:
-        """``redis_url`` with the password and CA file: what the state store connects
+        """``redis_url`` with the password and TLS files: what the state store connects
         with. Holds the secret: log :attr:`redis_display_url` instead."""
         parts = urlsplit(self.redis_url)
         if self.redis_password:
             user = quote(parts.username or "", safe="")
             host = parts.netloc.rpartition("@")[2]
             parts = parts._replace(netloc=f"{user}:{quote(self.redis_password, safe='')}@{host}")
-        if self.redis_ca_file:
-            query = [*parse_qsl(parts.query), ("ssl_ca_certs", self.redis_ca_file)]
+        tls = [("ssl_ca_certs", self.redis_ca_file), ("ssl_certfile", self.redis_cert_file),
+               ("ssl_keyfile", self.redis_key_file)]  # fmt: skip
+        if any(value for _, value in tls):
+            query = [*parse_qsl(parts.query), *((k, v) for k, v in tls if v)]
             parts = parts._replace(query=urlencode(query))
         return urlunsplit(parts)
 
