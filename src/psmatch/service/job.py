@@ -52,6 +52,7 @@ from psmatch.adapters.state import StateStore
 from psmatch.errors import PsmatchError
 from psmatch.service.config import ServiceConfig
 from psmatch.service.records.common import RecordLimits
+from psmatch.service.spark_rpc import spark_rpc_conf, warn_if_unprotected
 from psmatch.service.subscriptions import APPLIED_DDL, ValidatedSubscriptions, apply_batches, gather
 from psmatch.service.task_contract import (
     MAX_SAMPLES,
@@ -183,9 +184,10 @@ def build_spark(config: ServiceConfig, app_name: str = "psmatch", **extra: str) 
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "false")
     )
-    for key, value in extra.items():
+    for key, value in {**spark_rpc_conf(config.spark_master), **extra}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    warn_if_unprotected(config.spark_master, spark.sparkContext.getConf().get)
     spark.sparkContext.setLogLevel("WARN")
     if config.log_level.upper() != "DEBUG":
         # A failed query is reported by psmatch run in one line (psmatch.service.supervisor);
