@@ -165,29 +165,30 @@ REFUSALS = {
 }
 
 
+def swap_flag(flags: list[str], flag: str, value: str) -> list[str]:
+    at = flags.index(flag)
+    return [*flags[: at + 1], value, *flags[at + 2 :]]
+
+
 def refused_args(case: str, sec: SecuredServices, stranger: DevCA, folder: Path) -> list[str]:
     """The command line of ``case``: the right settings but one."""
     kafka = kafka_flags(sec, folder, "mtls" if "certificate" in case else "sasl")
     redis = redis_flags(sec, folder)
 
-    def swap(flags: list[str], flag: str, value: str) -> list[str]:
-        at = flags.index(flag)
-        return [*flags[: at + 1], value, *flags[at + 2 :]]
-
     foreign = stranger.issue("mallory")
     if case == "kafka-wrong-ca":
-        kafka = swap(kafka, "--kafka-ca-file", str(stranger.ca_file))
+        kafka = swap_flag(kafka, "--kafka-ca-file", str(stranger.ca_file))
     elif case == "kafka-wrong-password":
         (folder / "kafka.pw").write_text("not-" + sec.kafka_password)
     elif case.startswith("kafka-untrusted-certificate"):
-        kafka = swap(swap(kafka, "--kafka-cert-file", str(foreign.cert_file)),
+        kafka = swap_flag(swap_flag(kafka, "--kafka-cert-file", str(foreign.cert_file)),
                      "--kafka-key-file", str(foreign.keystore_file))  # fmt: skip
     elif case == "kafka-no-certificate":
         kafka = kafka[: kafka.index("--kafka-cert-file")]
     elif case == "kafka-plaintext-to-tls":
         kafka = ["--bootstrap-servers", sec.kafka.bootstrap_servers]
     elif case == "redis-wrong-ca":
-        redis = swap(redis, "--redis-ca-file", str(stranger.ca_file))
+        redis = swap_flag(redis, "--redis-ca-file", str(stranger.ca_file))
     elif case == "redis-wrong-password":
         (folder / "redis.pw").write_text("not-" + sec.redis_password)
     elif case == "redis-untrusted-certificate":
@@ -279,6 +280,45 @@ def test_tail_without_read_says_what_is_not_authorised(
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["psmatch tail: not authorised to read topic tail.rejected: the principal "
                    "needs READ on it"]  # fmt: skip
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(400)
+def test_the_printed_acls_are_all_the_job_and_a_reader_need(
+    secured: SecuredServices, tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A job principal with exactly ``psmatch acls`` (no super user), creating its topics
+    itself, and a reader with exactly ``psmatch acls --reader``: the whole path works."""
+    topics = topic_flags("acl", tmp_path)
+    admin = [*kafka_flags(secured, tmp_path), *redis_flags(secured, tmp_path), *topics]
+    for user in ("acl-job", "acl-reader"):
+        secured.kafka.add_scram_users({user: secured.kafka_password[::-1]})
+    assert main(["acls", "--principal", "User:acl-job", "--apply", *admin]) == 0
+    assert main(["acls", "--principal", "User:acl-reader", "--reader", "--apply", *admin]) == 0
+    printed = capsys.readouterr().out
+    assert "ALLOW User:acl-job WRITE on topic acl.notif (literal)" in printed
+    assert "ALLOW User:acl-reader READ on group psmatch-reader- (prefixed)" in printed
+    (tmp_path / "user.pw").write_text(secured.kafka_password[::-1])
+
+    def as_user(user: str) -> list[str]:
+        flags = swap_flag(admin, "--kafka-username", user)
+        return swap_flag(flags, "--kafka-password-file", str(tmp_path / "user.pw"))
+
+    reports: list[Any] = []
+    query = start_query(config_of(as_user("acl-job")), spark, on_report=reports.append)
+    try:
+        assert main(["subscribe", "cheap", "price < 20", *admin]) == 0
+        assert main(["publish", '{"price": 12}', *admin]) == 0
+        deadline = time.monotonic() + 120
+        while sum(r.notifications for r in reports) < 1 and time.monotonic() < deadline:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.5)
+    finally:
+        stop_query(query)
+    capsys.readouterr()
+    assert main(["tail", "--from-beginning", "--max", "1", "--idle-timeout", "20",
+                 *as_user("acl-reader")]) == 0  # fmt: skip
+    assert json.loads(capsys.readouterr().out)["subscription_id"] == "cheap"
 
 
 # -- settings, without servers ---------------------------------------------------------

@@ -1,17 +1,20 @@
-"""Kafka topic administration: the service's topics, and whether a broker answers.
+"""Kafka administration: the service's topics, its ACLs, and whether a broker answers.
 
 Owns the four topics' settings (:func:`service_topics`: subscriptions compacted, the
 rest deleted by age), creating the missing ones (:func:`ensure_topics`), deleting
-topics (the tests and the benchmark) and :func:`wait_for_kafka`. A refused login fails
-within about a second with :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`.
+topics (the tests and the benchmark), ACLs (:class:`Acl`, created with
+:func:`create_acls` through the broker's admin API) and :func:`wait_for_kafka`. A
+refused login fails within about a second with
+:class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -131,3 +134,54 @@ def service_topics(
         notifications: {"retention.ms": str(7 * 24 * 3600 * 1000)},
         rejected: {"retention.ms": str(30 * 24 * 3600 * 1000)},
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Acl:
+    """One ALLOW ACL: ``principal`` (``User:<name>``) may ``operation`` (``READ``,
+    ``WRITE``, ``CREATE``, ...) on the ``resource`` (``topic`` or ``group``) ``name``, or
+    on every name starting with it (``prefixed``)."""
+
+    principal: str
+    operation: str
+    resource: Literal["topic", "group"]
+    name: str
+    prefixed: bool = False
+
+    def __str__(self) -> str:
+        kind = "prefixed" if self.prefixed else "literal"
+        return f"ALLOW {self.principal} {self.operation} on {self.resource} {self.name} ({kind})"
+
+    def binding(self) -> Any:
+        """The confluent-kafka ``AclBinding``."""
+        from confluent_kafka.admin import (
+            AclBinding,
+            AclOperation,
+            AclPermissionType,
+            ResourcePatternType,
+            ResourceType,
+        )
+
+        pattern = ResourcePatternType.PREFIXED if self.prefixed else ResourcePatternType.LITERAL
+        return AclBinding(ResourceType[self.resource.upper()], self.name, pattern,
+                          self.principal, "*", AclOperation[self.operation],
+                          AclPermissionType.ALLOW)  # fmt: skip
+
+
+def create_acls(
+    bootstrap_servers: str,
+    acls: Sequence[Acl],
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
+    """Create ``acls`` (those that exist already are kept: creating is idempotent); the
+    client's principal needs ALTER on the cluster."""
+    acls = list(dict.fromkeys(acls))  # one future per distinct binding
+    admin, errors = _admin(bootstrap_servers, security)
+    _list_topics(admin, errors, timeout)  # a refused connection fails here, in one line
+    for acl, future in zip(acls, admin.create_acls([a.binding() for a in acls]).values(),
+                           strict=True):  # fmt: skip
+        try:
+            future.result(timeout=timeout)
+        except Exception as exc:
+            raise KafkaServiceError(f"could not create the ACL {acl}: {exc}") from None

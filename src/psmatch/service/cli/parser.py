@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import logging
 
+from psmatch.service.cli.acls import cmd_acls
 from psmatch.service.cli.run import cmd_run
 from psmatch.service.cli.servers import cmd_servers
 from psmatch.service.cli.state import cmd_explain, cmd_rebuild_state
@@ -158,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "explain", parents=[parent], help="why an event does or does not match a subscription",
-        description="Show the stored subscription ID (read from Redis) with each comparison "
+        description="An operator's tool: it reads Redis directly, so it shows any "
+        "subscription to whoever holds the Redis credentials. "
+        "Show the stored subscription ID (read from Redis) with each comparison "
         "marked true, false or unknown on the event EVENT and why (missing attribute, value "
         "of another kind, or the value compared), and whether it matches. Example: psmatch "
         "explain cheap-books '{\"price\": 25, \"category\": \"books\"}'",
@@ -166,4 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", help="subscription id")
     p.add_argument("event", metavar="EVENT", help="the event, a JSON object")
     p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser(
+        "acls", parents=[parent], help="the Kafka ACLs the service's principal needs",
+        description="Print the ACLs the streaming job's PRINCIPAL needs on a broker that "
+        "denies what no ACL allows (READ on the subscriptions and events topics, WRITE on "
+        "the notifications and rejected topics, CREATE on the four), or, with --reader, "
+        "what psmatch tail needs; with --apply, create them (the connecting principal "
+        "needs ALTER on the cluster).",
+    )  # fmt: skip
+    p.add_argument("--principal", required=True, help="User:<name> (or User:CN=<name>)")
+    p.add_argument("--reader", action="store_true",
+                   help="the ACLs of a reader of the notifications topic instead")  # fmt: skip
+    p.add_argument("--apply", action="store_true", help="create them through the admin API")
+    p.set_defaults(func=cmd_acls)
     return parser

@@ -1,0 +1,35 @@
+"""The Kafka ACLs the service's principals need, and no more: :func:`service_acls` for
+the streaming job, :func:`reader_acls` for someone who runs ``psmatch tail``.
+
+On a broker whose authorizer denies what no ACL allows (``allow.everyone.if.no.acl.found
+=false``), the job reads the subscriptions and events topics, writes the notifications
+and rejected topics, and creates the four when they are missing; Spark's Kafka source
+reads without a consumer group (it assigns partitions and keeps its offsets in the
+checkpoint), so it needs no group ACL. READ and WRITE imply DESCRIBE. ``psmatch tail``
+reads with a consumer group of its own (``psmatch-reader-<random>``, committing nothing),
+so a reader needs READ on the topic and on the groups with that prefix. Writing a
+subscription (``psmatch subscribe``) or an event needs WRITE on that topic alone.
+"""
+
+from __future__ import annotations
+
+from psmatch.adapters.kafka.admin import Acl
+from psmatch.adapters.kafka.reader import GROUP_PREFIX
+from psmatch.service.config import ServiceConfig
+
+
+def service_acls(config: ServiceConfig, principal: str) -> list[Acl]:
+    """The streaming job's ACLs for ``principal`` (``User:<name>``)."""
+    inputs = (config.subscriptions_topic, config.events_topic)
+    outputs = (config.notifications_topic, config.rejected_topic)
+    return [
+        *(Acl(principal, "READ", "topic", topic) for topic in inputs),
+        *(Acl(principal, "WRITE", "topic", topic) for topic in outputs),
+        *(Acl(principal, "CREATE", "topic", topic) for topic in (*inputs, *outputs)),
+    ]
+
+
+def reader_acls(topic: str, principal: str) -> list[Acl]:
+    """What ``principal`` needs to read ``topic`` with ``psmatch tail``."""
+    return [Acl(principal, "READ", "topic", topic),
+            Acl(principal, "READ", "group", GROUP_PREFIX, prefixed=True)]  # fmt: skip
