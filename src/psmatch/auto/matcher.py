@@ -44,8 +44,8 @@ _FAMILY_CODE = np.array([FAMILIES.index(f) for f in FAMILY_OF], dtype=np.int8)
 
 class FamilySlots:
     """What a child family reads of its id map: the slots of the subscriptions with a
-    conjunct in it (its ``held_slots`` and ``len``), from the owner's placement counts.
-    Cost O(slots) per call: only ``check`` and ``stats`` read it."""
+    conjunct in it (its ``held_slots``, O(slots), which only ``check`` reads, and its
+    ``len``, O(1), which ``stats`` reads), from the owner's placement counts."""
 
     __slots__ = ("family", "owner")
 
@@ -56,7 +56,7 @@ class FamilySlots:
         return np.flatnonzero(self.owner.family_counts()[:, self.family] > 0)
 
     def __len__(self) -> int:
-        return len(self.held_slots())
+        return int(self.owner.held[self.family])
 
 
 class AutoMatcher(Matcher):
@@ -74,10 +74,13 @@ class AutoMatcher(Matcher):
         """Per slot, its live conjuncts by reason code (at most ``MAX_CONJUNCTS``, 64)."""
         self.totals = np.zeros(len(REASONS), dtype=np.int64)
         """The live conjuncts by reason code: ``placed`` summed."""
+        self.held = np.zeros(len(FAMILIES), dtype=np.int64)
+        """The subscriptions with a conjunct in each family."""
 
-    def family_counts(self) -> np.ndarray:
-        """Per slot ever used, its live conjuncts by family (int64, slots x families)."""
-        rows = self.placed[: self._slot_count].astype(np.int64)
+    def family_counts(self, slots: np.ndarray | None = None) -> np.ndarray:
+        """Per slot of ``slots`` (default: every slot ever used), its live conjuncts by
+        family (int64, slots x families)."""
+        rows = (self.placed[: self._slot_count] if slots is None else self.placed[slots])
         counts = np.zeros((len(rows), len(FAMILIES)), dtype=np.int64)
         for reason, family in enumerate(_FAMILY_CODE.tolist()):
             counts[:, family] += rows[:, reason]
@@ -86,7 +89,8 @@ class AutoMatcher(Matcher):
     # -- life cycle --------------------------------------------------------------------
 
     def _place(self, slots: np.ndarray, reason: np.ndarray) -> None:
-        """Count the conjuncts of ``slots`` (one entry per conjunct) under ``reason``."""
+        """Count the conjuncts of free ``slots`` (one entry per conjunct) under
+        ``reason``."""
         if len(slots) and int(slots.max()) >= len(self.placed):
             grown = np.zeros((max(int(slots.max()) + 1, 2 * len(self.placed)), len(REASONS)),
                              dtype=np.uint8)
@@ -94,6 +98,7 @@ class AutoMatcher(Matcher):
             self.placed = grown
         np.add.at(self.placed, (slots, reason.astype(np.int64)), 1)
         self.totals += np.bincount(reason, minlength=len(REASONS))
+        self.held += (self.family_counts(np.unique(slots)) > 0).sum(axis=0)
 
     def _insert(self, slot: int, subscription: Subscription) -> None:
         self._insert_many([(slot, subscription)])
@@ -137,12 +142,12 @@ class AutoMatcher(Matcher):
 
     def _delete_many(self, slots: list[int]) -> None:
         at = np.array(slots, dtype=np.int64)
-        rows = self.placed[at].astype(np.int64)
+        held = self.family_counts(at) > 0
         for index, family in enumerate(self.families):
-            held = rows[:, index == _FAMILY_CODE].sum(axis=1) > 0
-            if held.any():
-                family._delete_many(at[held].tolist())
-        self.totals -= rows.sum(axis=0)
+            if held[:, index].any():
+                family._delete_many(at[held[:, index]].tolist())
+        self.totals -= self.placed[at].sum(axis=0, dtype=np.int64)
+        self.held -= held.sum(axis=0)
         self.placed[at] = 0
 
     def _finish_bulk(self) -> None:
@@ -190,3 +195,4 @@ class AutoMatcher(Matcher):
         live = np.bincount(_FAMILY_CODE, weights=self.totals, minlength=len(FAMILIES))
         for family, n in zip(self.families, live.tolist(), strict=True):
             assert family._stats().conjuncts == n, f"{family.name}: conjuncts placed"
+        assert np.array_equal((self.family_counts() > 0).sum(axis=0), self.held), "held"
