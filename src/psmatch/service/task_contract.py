@@ -61,6 +61,8 @@ class TaskMetrics:
     encode_s: float = 0.0
     cpu_s: float = 0.0  # CPU time of parse + match + encode; the rest of their wall: waiting
     write_s: float = 0.0  # queueing the records for Kafka, and waiting for their acks
+    commit_s: float = 0.0  # of write_s, exactly-once: opening the transaction, committing it
+    replayed: int = 0  # exactly-once: events left out, a committed transaction covers them
     reloads: int = 0
     lag: int = 0
     index_subscriptions: int = 0
@@ -82,7 +84,8 @@ class TaskMetrics:
     def merge(self, other: TaskMetrics) -> TaskMetrics:
         """Add ``other`` into this one (returns self)."""
         for name in ("tasks", "events", "rejected", "notifications", "sync_s", "snapshot_s",
-                     "parse_s", "match_s", "encode_s", "cpu_s", "write_s", "reloads"):  # fmt: skip
+                     "parse_s", "match_s", "encode_s", "cpu_s", "write_s", "commit_s", "reloads",
+                     "replayed"):  # fmt: skip
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name in ("lag", "index_subscriptions", "index_predicates", "index_spaces",
                      "index_bytes", "peak_rss_bytes", "process_indexes"):  # fmt: skip
@@ -117,3 +120,8 @@ class WorkerSettings:
     redis_retry_seconds: float = DEFAULT_RETRY_SECONDS
     snapshot_dir: str | None = None  # index snapshots (psmatch.service.snapshots); None: none
     shards: int = 1  # subscriptions split into this many shards (psmatch.service.shards)
+    # psmatch.service.delivery: the mode, and with exactly-once the events topic (whose
+    # positions the marker holds) and the query's transactional.id prefix
+    delivery: str = "at-least-once"
+    events_topic: str = ""
+    transactional_prefix: str = ""

@@ -9,8 +9,8 @@ from the heads by slot and the events' tails,
 :meth:`psmatch.service.records.notifications.NotificationHeads.join`) and the rejected
 ones, all as Arrow batches of :data:`~psmatch.service.task_contract.OUTPUT_SCHEMA`,
 assembled :data:`RECORDS_CHUNK` matches at a time as they are taken.
-:func:`match_and_write`, the job's ``mapInArrow`` function, writes them to Kafka with
-this process's :class:`psmatch.adapters.kafka.sink.RecordSink`. Each task reports a
+:func:`match_and_write`, the job's ``mapInArrow`` function, writes them to Kafka in the
+job's delivery mode (:mod:`psmatch.service.delivery`). Each task reports a
 :class:`~psmatch.service.task_contract.TaskMetrics` to the driver. The I/O is outside
 every barrier, in the index's sync (Redis) and in :func:`match_and_write` (Kafka): its
 faults fail the task, never a record.
@@ -33,6 +33,7 @@ from psmatch.core.heap import release_free_heap
 from psmatch.errors import PsmatchError
 from psmatch.events import FlatEvent
 from psmatch.service.connections import record_sink
+from psmatch.service.delivery import EXACTLY_ONCE, ExactlyOnceTask
 from psmatch.service.index_cache import INDEXES, cache_key, sync_index
 from psmatch.service.records.common import RecordError, now_iso, record_error
 from psmatch.service.records.events import event_id, parse_event
@@ -249,28 +250,56 @@ def match_and_write(
     batches: Iterator[pa.RecordBatch],
     report: Callable[[TaskMetrics], None] | None = None,
     shard: int = 0,
+    batch_id: int = 0,
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function of the job: :func:`match_batches`, each batch of its
-    records written to Kafka by this process's
-    :class:`psmatch.adapters.kafka.sink.RecordSink` as it is made, all acknowledged before
-    the task ends (a record that could not be written fails the task, and Spark runs it
-    again: at least once, as Spark's own Kafka sink). Returns no rows.
+    records written to Kafka as it is made, in ``settings.delivery``'s mode
+    (:mod:`psmatch.service.delivery`). At least once: by this process's
+    :class:`psmatch.adapters.kafka.sink.RecordSink`, all acknowledged before the task
+    ends (a record that could not be written fails the task, and Spark runs it again,
+    as Spark's own Kafka sink would). Exactly once: in one transaction of the task's
+    :class:`~psmatch.service.delivery.ExactlyOnceTask`, committed before the task ends,
+    the events a committed transaction covers left out. Returns no rows.
 
     The records go out from the Python worker, not through Spark's Kafka sink: that
     sink turns each Arrow record into a Spark row and produces it from the JVM, which
     costs several times the CPU per notification record that librdkafka takes here.
     """
-    writer = record_sink(sink)
     reported: list[TaskMetrics] = []
-    write_s = 0.0
-    for records in match_batches(settings, version, batches, reported.append, shard):
+    if settings.delivery == EXACTLY_ONCE:
+        task = ExactlyOnceTask(sink, settings.transactional_prefix, settings.events_topic,
+                               batch_id, shard, settings.shards)  # fmt: skip
+        try:
+            write_s = _write_all(task.write, match_batches(
+                settings, version, task.unseen(batches), reported.append, shard))  # fmt: skip
+            t = time.perf_counter()
+            task.commit()
+            commit_s = time.perf_counter() - t
+        finally:
+            task.close()
+        (metrics,) = reported
+        metrics.replayed = task.replayed
+        metrics.commit_s = commit_s
+        metrics.write_s = write_s + commit_s
+    else:
+        writer = record_sink(sink)
+        write_s = _write_all(writer.write, match_batches(settings, version, batches,
+                                                         reported.append, shard))  # fmt: skip
         t = time.perf_counter()
-        writer.write(records)
-        write_s += time.perf_counter() - t
-    t = time.perf_counter()
-    writer.flush()
-    (metrics,) = reported
-    metrics.write_s = write_s + time.perf_counter() - t
+        writer.flush()
+        (metrics,) = reported
+        metrics.write_s = write_s + time.perf_counter() - t
     if report is not None:
         report(metrics)
     return iter(())
+
+
+def _write_all(write: Callable[[pa.RecordBatch], None], outputs: Iterator[pa.RecordBatch]
+               ) -> float:  # fmt: skip
+    """Each of ``outputs`` written as it is made; the seconds spent writing."""
+    write_s = 0.0
+    for records in outputs:
+        t = time.perf_counter()
+        write(records)
+        write_s += time.perf_counter() - t
+    return write_s

@@ -130,8 +130,9 @@ def _committed_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, b
 
 
 def _records(topic: str, keys: list[bytes]) -> pa.RecordBatch:
+    values = [b"v-" + k for k in keys]
     return pa.RecordBatch.from_pydict({"topic": [topic] * len(keys), "key": keys,
-                                       "value": [b"v-" + k for k in keys]}, schema=RECORDS)  # fmt: skip
+                                       "value": values}, schema=RECORDS)  # fmt: skip
 
 
 def test_a_transaction_makes_its_records_and_its_marker_visible_together(
@@ -165,7 +166,7 @@ def test_a_new_sink_of_the_same_id_fences_the_old_one_and_aborts_its_records(
     zombie.write(_records(out, [b"z1", b"z2"]))
     zombie._producer.flush(10)  # the records are on the broker, the transaction open
     successor = TransactionalSink(SinkSettings(bootstrap), txn, txn)
-    with pytest.raises(KafkaServiceError, match="[Ff]enced|epoch"):
+    with pytest.raises(KafkaServiceError, match=r"[Ff]enced|epoch"):
         zombie.commit(inputs, {0: 10}, "batch 1")
     zombie.close()
     assert successor.committed(inputs, [0]) == {0: 0}
