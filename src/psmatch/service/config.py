@@ -77,6 +77,12 @@ class ServiceConfig:
         metadata={"help": "compression of the notification and rejected records: none, "
                           "gzip, snappy, lz4 or zstd (consumers need the codec)"},
     )
+    delivery: str = field(
+        default="at-least-once",
+        metadata={"help": "at-least-once (a replayed batch writes its notifications again) or "
+                  "exactly-once (Kafka transactions: read_committed consumers see each once; "
+                  "docs/streaming.md)"},
+    )  # fmt: skip
     redis_url: str = field(
         default="redis://127.0.0.1:6379/0", metadata={"help": "Redis holding subscription state"}
     )
@@ -235,6 +241,10 @@ class ServiceConfig:
         if self.sink_compression not in SINK_COMPRESSION_TYPES:
             raise ConfigError(f"sink_compression must be one of {SINK_COMPRESSION_TYPES}, got "
                               f"{self.sink_compression!r}")  # fmt: skip
+        from psmatch.service.delivery import DELIVERY_MODES
+
+        if self.delivery not in DELIVERY_MODES:
+            raise ConfigError(f"delivery must be one of {DELIVERY_MODES}, got {self.delivery!r}")
         if self.starting_offsets not in ("earliest", "latest"):
             raise ConfigError(
                 f"starting_offsets must be 'earliest' or 'latest', got {self.starting_offsets!r}"
