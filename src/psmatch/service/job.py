@@ -51,6 +51,7 @@ from psmatch.adapters.kafka.sink import RecordSink, SinkSettings
 from psmatch.adapters.state import StateStore
 from psmatch.errors import PsmatchError
 from psmatch.service.config import ServiceConfig
+from psmatch.service.delivery import transactional_prefix
 from psmatch.service.records.common import RecordLimits
 from psmatch.service.spark_rpc import spark_rpc_conf, warn_if_unprotected
 from psmatch.service.subscriptions import APPLIED_DDL, ValidatedSubscriptions, apply_batches, gather
@@ -214,7 +215,8 @@ def _report_to(acc: Any, metrics: TaskMetrics) -> None:
 
 
 def _match_partition(
-    settings: WorkerSettings, sink: SinkSettings, version: int, acc: Any, batches: Any
+    settings: WorkerSettings, sink: SinkSettings, version: int, acc: Any, batch_id: int,
+    batches: Any,
 ) -> Any:  # fmt: skip
     """The ``mapInArrow`` function: with several shards, the task's partition is its
     shard (the events were partitioned by shard id, see :func:`by_shard`)."""
@@ -223,7 +225,8 @@ def _match_partition(
         from pyspark import TaskContext
 
         shard = TaskContext.get().partitionId()
-    return match_and_write(settings, sink, version, batches, partial(_report_to, acc), shard)
+    return match_and_write(settings, sink, version, batches, partial(_report_to, acc), shard,
+                           batch_id)  # fmt: skip
 
 
 def by_shard(events: Any, shards: int) -> Any:
@@ -299,6 +302,10 @@ def worker_settings(config: ServiceConfig) -> WorkerSettings:
         redis_retry_seconds=config.redis_retry_seconds,
         snapshot_dir=snapshot_dir(config.checkpoint_location),
         shards=config.shards,
+        delivery=config.delivery,
+        events_topic=config.events_topic,
+        transactional_prefix=transactional_prefix(config.checkpoint_location,
+                                                  config.notifications_topic),
     )
 
 
@@ -373,7 +380,7 @@ class BatchProcessor:
             # runs them
             events.mapInArrow(
                 partial(_match_partition, self.settings, self.sink_settings, version,
-                        acc), OUTPUT_DDL,
+                        acc, batch_id), OUTPUT_DDL,
             ).collect()  # fmt: skip
             if validated.rejects:
                 self.sink.flush()
