@@ -42,6 +42,7 @@ from psmatch.core.heap import gc_paused, release_free_heap
 from psmatch.core.slot_ids import SlotIds
 from psmatch.events import FlatEvent, flatten_event
 from psmatch.language import Conjunct, Subscription, parse_subscription
+from psmatch.language.bulk import scan_columns
 from psmatch.language.columns import SubscriptionColumns
 
 
@@ -132,27 +133,61 @@ class Matcher(ABC):
         """Add many subscriptions: the same as ``add`` on each in turn, but in bulk.
 
         On a bad expression the items before it are added and the error is raised.
-        Unlike ``add``, the subscriptions are filed before it returns.
+        Unlike ``add``, the subscriptions are filed before it returns. For a matcher
+        that files normal-form columns, the texts that are conjunctions of integer
+        comparisons are scanned together into columns
+        (:func:`psmatch.language.bulk.scan_columns`), with no object per predicate; the
+        others are parsed one by one.
 
         Python's cyclic garbage collector is paused meanwhile
         (:func:`psmatch.core.heap.gc_paused`).
         """
         with self._bulk():
-            batch: list[tuple[str, Subscription]] = []
+            batch: list[tuple[str, str | Subscription]] = []
             pending: set[str] = set()
             try:
                 for sub_id, expr in items:
-                    subscription = (
-                        expr if isinstance(expr, Subscription) else parse_subscription(expr)
-                    )
                     if sub_id in pending or len(batch) >= self.bulk_size:
-                        self._replace_many(batch)
-                        batch, pending = [], set()
+                        batch, done = [], batch
+                        pending = set()
+                        self._add_batch(done)
                     pending.add(sub_id)
-                    batch.append((sub_id, subscription))
+                    batch.append((sub_id, expr))
             finally:
                 if batch:
-                    self._replace_many(batch)
+                    self._add_batch(batch)
+
+    def _add_batch(self, batch: list[tuple[str, str | Subscription]]) -> None:
+        """Parse and file a batch of items under distinct ids, in one bulk insert after
+        one bulk removal of what the ids held; on a bad expression, the items before it
+        are filed and the error is raised."""
+        if not batch:
+            return
+        ids, exprs = (list(column) for column in zip(*batch, strict=True))
+        fast, columns = np.empty(0, dtype=np.int64), None
+        if type(self)._insert_columns is not Matcher._insert_columns:  # files columns
+            is_text = np.fromiter(map(str.__instancecheck__, exprs), bool, len(exprs))
+            texts_at = np.flatnonzero(is_text)
+            texts = exprs if len(texts_at) == len(exprs) else [exprs[i] for i in texts_at]
+            accepted, columns, _ = scan_columns(texts)
+            fast = texts_at[accepted]
+        slow = np.ones(len(batch), dtype=bool)
+        slow[fast] = False
+        slow_at = np.flatnonzero(slow).tolist()
+        subscriptions: list[Subscription] = []
+        for i in slow_at:
+            expr = exprs[i]
+            try:
+                subscriptions.append(
+                    expr if isinstance(expr, Subscription) else parse_subscription(expr))
+            except BaseException:
+                self._add_batch(batch[:i])
+                raise
+        slots = self._replace_ids(ids)
+        if columns is not None and len(fast):
+            self._insert_columns(slots[fast], columns)
+        if slow_at:
+            self._insert_many(list(zip(slots[slow_at].tolist(), subscriptions, strict=True)))
 
     bulk_size = 16384
     """Subscriptions inserted together by ``add_many``."""
@@ -169,12 +204,6 @@ class Matcher(ABC):
             finally:
                 self._finish_bulk()
                 release_free_heap()
-
-    def _replace_many(self, batch: list[tuple[str, Subscription]]) -> None:
-        """Index a batch of subscriptions under distinct ids in one bulk insert, after
-        one bulk removal of those the ids held before."""
-        slots = self._replace_ids([sub_id for sub_id, _ in batch])
-        self._insert_many(list(zip(slots.tolist(), (sub for _, sub in batch), strict=True)))
 
     def _replace_ids(self, ids: list[str]) -> np.ndarray:
         """Slots for ``ids`` (distinct), after one bulk removal of the subscriptions
