@@ -40,7 +40,8 @@ from psmatch.core.columns import GrowableArray, expand_ranges, find_sorted
 from psmatch.core.matcher import MatcherStats
 from psmatch.core.pipeline import Batch, Candidates, IndexedMatcher
 from psmatch.events import FlatEvent
-from psmatch.language import KIND_OF_CLASS, Conjunct, Kind
+from psmatch.language import KIND_OF_CLASS, KIND_OF_CODE, Conjunct, Kind
+from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
 
 EVENTS_AT_ONCE = 64
 """Events whose fail bitsets are ORed together, a block of words at a time."""
@@ -93,15 +94,48 @@ class BitsetMatcher(IndexedMatcher):
             self.dims.append(Dimension(attribute, kind))
         return index
 
+    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
+        conjuncts = columns.conjuncts
+        cids = self.registry.allocate(np.repeat(slots, columns.conjunct_count),
+                                      conjuncts.predicate_count)  # fmt: skip
+        residual = np.flatnonzero(self._file_columns(cids, conjuncts))
+        if len(residual):
+            self.registry.mark_residual(cids[residual], conjuncts.conjuncts(residual.tolist()))
+
     def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
-        dims = [self._dimension(p.attribute, p.kind) for c in conjuncts for p in c.predicates]
-        rows, residual = self.table.append(cids, conjuncts, dims)
+        return self._file_columns(cids, ConjunctColumns.of_conjuncts(conjuncts))
+
+    def _file_columns(self, cids: np.ndarray, columns: ConjunctColumns) -> np.ndarray:
+        """File new conjuncts given as columns; returns the mask of residual ones. Cost
+        O(predicates + intervals) in numpy passes and C loops (a dictionary probe per
+        predicate for its dimension)."""
+        dims = self._dimensions(columns.attribute, columns.kind)
+        rows, residual = self.table.append(cids, columns, dims)
         self._reserve(len(self.registry))
         clear_bits(self.void[None, :], cids)
         self.sparse_n.grow_to(len(self.registry), 0)
         self.sparse_n.data[cids] = 0
-        self._hand_out(rows, np.array(dims, dtype=np.int64), lambda dim, r: dim.add(r))
+        self._hand_out(rows, dims, lambda dim, r: dim.add(r))
         return residual
+
+    def _dimensions(self, attributes: list[str], kinds: np.ndarray) -> np.ndarray:
+        """The dimension of each (attribute, kind), new ones made. O(pairs): a
+        dictionary probe each, by attribute within each kind."""
+        dims = np.empty(len(attributes), dtype=np.int64)
+        for code in np.unique(kinds).tolist():
+            kind = KIND_OF_CODE[code]
+            at = None if kinds[0] == kinds[-1] == code and (kinds == code).all() else (
+                np.flatnonzero(kinds == code))
+            names = attributes if at is None else [attributes[i] for i in at.tolist()]
+            for name in dict.fromkeys(names):  # new ones in the order first met
+                self._dimension(name, kind)
+            index = {a: i for (a, k), i in self.dim_of.items() if k is kind}
+            found = np.fromiter(map(index.__getitem__, names), np.int64, len(names))
+            if at is None:
+                dims[:] = found
+            else:
+                dims[at] = found
+        return dims
 
     def _hand_out(self, rows: np.ndarray, dims: np.ndarray, give: Any) -> None:
         """Give each dimension its rows (grouped by one stable sort)."""

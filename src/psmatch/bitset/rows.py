@@ -20,13 +20,12 @@ Memory: 46 bytes per row and 22 per interval, plus 12 per conjunct id.
 
 from __future__ import annotations
 
-from itertools import chain
-
 import numpy as np
 
 from psmatch.bitset.keys import EXACT_INT, key
 from psmatch.core.columns import GrowableArray, expand_ranges
-from psmatch.language import Conjunct, Kind
+from psmatch.language import Kind
+from psmatch.language.columns import ConjunctColumns
 
 NONE, OPEN, CLOSED = 0, 1, 2
 """Modes of an interval's bound: unbounded, open, closed."""
@@ -36,17 +35,20 @@ UNBOUNDED = 2**30
 
 def bound_keys(values: list, kind: Kind) -> tuple[np.ndarray, np.ndarray]:
     """The keys of interval bounds of one kind (``None``, no bound, gets ``(0, 0)``).
-    Numbers convert in one numpy pass; only ints past 2**53 and strings cost a Python
-    step each."""
+    Numbers and booleans convert in a few numpy passes; only ints past 2**53 and strings
+    cost a Python step each."""
     n = len(values)
     if kind is Kind.STRING:
         pairs = [(0.0, 0) if v is None else key(v, kind) for v in values]
         return (np.fromiter((p[0] for p in pairs), np.float64, n),
                 np.fromiter((p[1] for p in pairs), np.int64, n))
-    f = np.array([0 if v is None else v for v in values], dtype=np.float64)
+    column = np.empty(n, dtype=object)
+    column[:] = values
+    column[column == None] = 0  # noqa: E711 - elementwise, on an object column
+    f = column.astype(np.float64)
     d = np.zeros(n, dtype=np.int64)
     for i in np.flatnonzero(np.abs(f) >= EXACT_INT).tolist():
-        v = values[i]
+        v = column[i]
         if v.__class__ is int:
             d[i] = v - int(f[i])
     return f, d
@@ -81,43 +83,39 @@ class PredicateRows:
 
     # -- filing ------------------------------------------------------------------------
 
-    def append(self, cids: np.ndarray, conjuncts: list[Conjunct],
-               dims: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        """File the rows of new conjuncts (``dims``: each predicate's dimension, in
-        order). Returns the new rows' ids and the mask of the conjuncts that only
-        ``Conjunct.evaluate`` decides (a string or a pattern). Cost O(intervals), one
-        Python step per predicate and one per interval bound past the numpy path."""
-        predicates = [p for c in conjuncts for p in c.predicates]
-        counts = np.fromiter((len(c.predicates) for c in conjuncts), np.int64, len(conjuncts))
-        ivs = list(chain.from_iterable(p.intervals for p in predicates))
-        iv_counts = np.fromiter((len(p.intervals) for p in predicates), np.int64,
-                                len(predicates))
-        kinds = np.fromiter((p.kind for p in predicates), np.int8, len(predicates))
-        patterned = np.fromiter((bool(p.patterns) for p in predicates), np.bool_,
-                                len(predicates))
+    def append(self, cids: np.ndarray, columns: ConjunctColumns,
+               dims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """File the rows of new conjuncts, given as columns (``dims``: each predicate's
+        dimension, in order). Returns the new rows' ids and the mask of the conjuncts
+        that only ``Conjunct.evaluate`` decides (a string or a pattern). Cost
+        O(intervals) in numpy passes, one Python step per string bound and per int past
+        2**53."""
+        counts = columns.predicate_count
+        iv_counts = columns.interval_count
+        kinds = columns.kind.astype(np.int8)
+        patterned = columns.has_patterns
+        m = int(iv_counts.sum())
         iv_kind = np.repeat(kinds, iv_counts)
-        lo_keys = np.zeros(len(ivs)), np.zeros(len(ivs), np.int64)
-        hi_keys = np.zeros(len(ivs)), np.zeros(len(ivs), np.int64)
-        lo, lo_closed, hi, hi_closed = (list(c) for c in zip(*ivs, strict=True)) if ivs else (
-            [], [], [], [])
+        lo_keys = np.zeros(m), np.zeros(m, np.int64)
+        hi_keys = np.zeros(m), np.zeros(m, np.int64)
         for kind in Kind:
             at = np.flatnonzero(iv_kind == kind)
-            if len(at):
-                for (f, d), column in ((lo_keys, lo), (hi_keys, hi)):
-                    f[at], d[at] = bound_keys([column[i] for i in at.tolist()], kind)
-        lo_mode = np.where([v is None for v in lo], NONE,
-                           np.where(np.array(lo_closed, bool), CLOSED, OPEN)).astype(np.int8)
-        hi_mode = np.where([v is None for v in hi], NONE,
-                           np.where(np.array(hi_closed, bool), CLOSED, OPEN)).astype(np.int8)
+            if len(at) == m and m:  # one kind (the common case): no gather
+                lo_keys, hi_keys = bound_keys(columns.lo, kind), bound_keys(columns.hi, kind)
+            elif len(at):
+                for (f, d), bounds in ((lo_keys, columns.lo), (hi_keys, columns.hi)):
+                    f[at], d[at] = bound_keys([bounds[i] for i in at.tolist()], kind)
+        lo_mode = self._modes(columns.lo, columns.lo_closed)
+        hi_mode = self._modes(columns.hi, columns.hi_closed)
         first_iv = len(self.lo_f) + np.concatenate(([0], np.cumsum(iv_counts)[:-1]))
         for column, values in ((self.lo_f, lo_keys[0]), (self.lo_d, lo_keys[1]),
                                (self.lo_mode, lo_mode), (self.hi_f, hi_keys[0]),
                                (self.hi_d, hi_keys[1]), (self.hi_mode, hi_mode)):
             column.extend(values)
-        n = len(predicates)
+        n = len(kinds)
         first = len(self.cid)
         self.cid.extend(np.repeat(cids, counts))
-        self.dim.extend(np.array(dims, dtype=np.int32))
+        self.dim.extend(dims.astype(np.int32))
         self.iv_start.extend(first_iv.astype(np.int64) if n else np.empty(0, np.int64))
         self.iv_count.extend(iv_counts)
         self.simple.extend((iv_counts == 1) & ~patterned)
@@ -135,12 +133,20 @@ class PredicateRows:
         self.first_row.data[cids] = first + np.concatenate(([0], np.cumsum(counts)[:-1]))
         self.row_count.data[cids] = counts
         self.live_rows += n
-        residual = np.zeros(len(conjuncts), dtype=bool)
+        residual = np.zeros(len(counts), dtype=bool)
         string_or_pattern = (kinds == Kind.STRING) | patterned
         if n:
-            owner = np.repeat(np.arange(len(conjuncts)), counts)
+            owner = np.repeat(np.arange(len(counts)), counts)
             residual[owner[string_or_pattern]] = True
         return np.arange(first, first + n, dtype=np.int64), residual
+
+    @staticmethod
+    def _modes(bounds: list, closed: np.ndarray) -> np.ndarray:
+        """:data:`NONE`, :data:`OPEN` or :data:`CLOSED` per bound. O(bounds) in numpy."""
+        column = np.empty(len(bounds), dtype=object)
+        column[:] = bounds
+        return np.where(column == None, NONE,  # noqa: E711 - elementwise
+                        np.where(closed, CLOSED, OPEN)).astype(np.int8)
 
     def _hull(self, at: np.ndarray, iv_counts: np.ndarray, f: np.ndarray, mode: np.ndarray,
               unbounded: float) -> np.ndarray:
