@@ -248,9 +248,15 @@ def _mib(value: float) -> str:
     return f"{value / 2**20:,.1f}"
 
 
+def command_line(argv: list[str]) -> str:
+    """The invocation as the report shows it."""
+    return shlex.join(["python", "bench/bench_domains.py", *argv])
+
+
 def write_report(results: list[dict[str, Any]], args: argparse.Namespace, argv: list[str]) -> None:
     from host import cpu_model
 
+    this_command = command_line(argv)
     lines = [
         "# Matchers across value domains and range widths",
         "",
@@ -260,8 +266,12 @@ def write_report(results: list[dict[str, Any]], args: argparse.Namespace, argv: 
         "single-threaded, and CPU time is what a shared machine does not inflate), batches of "
         f"{args.batch_size} over {args.events} events, and one at a time over {args.single}.",
         "",
-        "Command (the last; with `--results`, earlier invocations appended the other "
-        "rows): `" + shlex.join(["python", "bench/bench_domains.py", *argv]) + "`",
+        "Commands (with `--results`, each invocation appended its rows to the results file "
+        "and the last wrote this report from it; a row is the last run of its workload, "
+        "matcher and n):",
+        "",
+        *(f"    {command}" for command in dict.fromkeys(
+            r.get("command", this_command) for r in results)),
         "",
         f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, numpy {np.__version__}; one process at a time, "
@@ -370,10 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(result)
                 if args.results:
                     with open(args.results, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(result) + "\n")
-    if args.results:  # the report covers every run the results file holds
+                        f.write(json.dumps(result | {"command": command_line(argv)}) + "\n")
+    if args.results:  # the report: the last run of each (workload, matcher, n) in the file
         with open(args.results, encoding="utf-8") as f:
-            results = [json.loads(line) for line in f if line.strip()]
+            rows = [json.loads(line) for line in f if line.strip()]
+        results = list({(r["workload"], r["matcher"], r["n"]): r for r in rows}.values())
     write_report(results, args, argv)
     return 0
 
