@@ -20,7 +20,7 @@ entries of the event's spaces: PSTHash is the faster where it stays linear.
   (``=``, ``in``): its spaces are bounded on any domain;
 * ``psthash/coarse``: some predicate is on a coarse (attribute, kind), one with at most
   :data:`COARSE_BOUNDS` distinct bounds seen so far: every predicate there covers at most
-  ``2 * COARSE_BOUNDS + 1`` spaces; a conjunct without predicates goes here too;
+  ``2 * COARSE_BOUNDS + 1`` spaces;
 * ``bitset/fine-ranges``: otherwise, every predicate is a range (or ``!=``, ``not in``,
   a ``like``) on a fine domain.
 
@@ -28,9 +28,12 @@ PSTHash's access order puts the most selective predicate first (fewest past even
 the spaces it covers, then the operator's rank), which for these conjuncts is the
 bounded one. The rule is static: a conjunct stays in the family it was filed in, and
 an (attribute, kind) once fine stays fine (removals do not make it coarse again), so
-the rule never moves subscriptions. A domain that turns fine after many subscriptions
-were filed as coarse leaves those in PSTHash, where their links are bounded by the
-bounds they brought: the PS-Tree holds only the bounds of the conjuncts filed in it.
+the rule never moves subscriptions. The PS-Tree holds only the bounds of the conjuncts
+filed in it, so ranges on a fine domain never reach it once the domain is seen to be
+fine. The case the rule leaves unbounded: ranges filed on an attribute while it looked
+coarse stay in PSTHash after it turns fine, and their links grow with the bounds later
+point predicates bring to that attribute's tree (moving them would need their
+conjuncts, which the families keep only as rows).
 
 Cost: filing a batch reads every interval's bounds once (set updates, C loops) while
 their (attribute, kind) is coarse, and O(predicates + intervals) vectorised to route;
@@ -122,6 +125,6 @@ def route(columns: ConjunctColumns, domains: DomainStats) -> np.ndarray:
     any_points = np.bincount(conj, weights=points, minlength=len(columns)) > 0
     any_coarse = np.bincount(conj, weights=coarse, minlength=len(columns)) > 0
     reason = np.full(len(columns), FINE_RANGES, dtype=np.int8)
-    reason[any_coarse | (columns.predicate_count == 0)] = COARSE
+    reason[any_coarse] = COARSE
     reason[any_points] = POINTS
     return reason
