@@ -78,6 +78,17 @@ class Candidates:
     checked: np.ndarray | None = None
 
 
+@dataclass(slots=True)
+class FilterCounts:
+    """What a matcher's pre-filter did since the matcher was made: the (event, conjunct)
+    *candidates* its family's lookup handed over, and the *matches* among them (those
+    left after the access pattern, the verification and the residual check), so
+    ``matches / candidates`` is the lookup's precision. Cost: two additions a chunk."""
+
+    candidates: int = 0
+    matches: int = 0
+
+
 class IndexedMatcher(Matcher):
     """A matcher whose family supplies filing, unfiling and candidate lookup."""
 
@@ -85,6 +96,7 @@ class IndexedMatcher(Matcher):
         super().__init__()
         self.registry = ConjunctRegistry()
         self._work_per_event = WORK_BUDGET / FIRST_CHUNK
+        self.filter_counts = FilterCounts()
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -117,6 +129,7 @@ class IndexedMatcher(Matcher):
         while first < len(events):
             last = self._chunk_end(batch, first)
             found = self._candidates(batch, first, last)
+            self.filter_counts.candidates += len(found.cids)
             self._work_per_event = max(found.work / (last - first), 1.0)
             keep = self.registry.access_holds(found.events, found.cids, events[first:last])
             if keep is not None:
@@ -125,6 +138,7 @@ class IndexedMatcher(Matcher):
             e, c = (found.events, found.cids) if found.checked is None else (
                 self._verify(batch, first, last, found))
             e, c = self.registry.keep_satisfied(e, c, events[first:last])
+            self.filter_counts.matches += len(c)
             found_e.append(e + first)
             found_c.append(c)
             first = last
