@@ -200,7 +200,8 @@ def test_every_metric_in_the_dashboard_is_exported(
             "psmatch_index_estimated_bytes", "psmatch_index_predicates",
             "psmatch_index_spaces", "psmatch_input_offsets_behind_latest",
             "psmatch_redis_retries_total", "psmatch_redis_unavailable_seconds",
-            "psmatch_query_restarts_total"} <= used  # fmt: skip
+            "psmatch_query_restarts_total", "psmatch_filter_candidates_total",
+            "psmatch_filter_matches_total", "psmatch_events_replayed_total"} <= used  # fmt: skip
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids)) and dashboard["uid"] == "psmatch"
 

@@ -37,7 +37,8 @@ def batch_report(**changes: Any) -> BatchReport:
         parse_s=0.02,
         match_s=0.3, encode_s=0.04, reloads=1, lag=3, index_subscriptions=42,
         index_predicates=90, index_spaces=5, index_bytes=123_456, peak_rss_bytes=654_321,
-        rejects={"invalid_json": 2},
+        rejects={"invalid_json": 2}, filter_candidates={"psthash": 40, "bitset": 8},
+        filter_matches={"psthash": 25, "bitset": 8}, replayed=3,
     )  # fmt: skip
     values: dict[str, Any] = dict(
         batch_id=3, version=7, subscription_records=4, subscriptions_applied=3,
@@ -107,6 +108,11 @@ def test_a_batch_report_moves_counters_and_sets_gauges() -> None:
     assert value(m, "psmatch_worker_peak_resident_bytes") == 654_321
     assert value(m, "psmatch_index_predicates") == 90
     assert value(m, "psmatch_index_spaces") == 5
+    assert value(m, "psmatch_filter_candidates_total", family="psthash") == 80
+    assert value(m, "psmatch_filter_matches_total", family="psthash") == 50
+    assert value(m, "psmatch_filter_candidates_total", family="bitset") == 16
+    assert value(m, "psmatch_filter_matches_total", family="bitset") == 16
+    assert value(m, "psmatch_events_replayed_total") == 6
     assert value(m, "psmatch_batch_duration_seconds_count") == 2
     assert value(m, "psmatch_batch_duration_seconds_sum") == pytest.approx(1.42)
     assert value(m, "psmatch_batch_duration_seconds_bucket", le="1.0") == 2
@@ -231,6 +237,9 @@ def test_a_matching_task_reports_its_figures_with_its_result(store: StateStore) 
     assert first.notifications == 3 and first.events == 3 and first.rejected == 2
     assert first.index_subscriptions == 3 and first.index_predicates >= 3
     assert first.rejects == {"invalid_json": 1, "invalid_record": 1}
+    # PSTHash's pre-filter: every subscription holds for a = 0, each counted as a match
+    assert first.filter_matches == {"psthash": 3}
+    assert first.filter_candidates["psthash"] >= 3
     # the thread's CPU time over parse, match and encode: some, and never more than their wall
     assert 0 < first.cpu_s <= first.parse_s + first.match_s + first.encode_s
     # this process's peak resident memory, as /proc tells it (Linux, in KiB)
@@ -247,6 +256,28 @@ def test_a_matching_task_reports_its_figures_with_its_result(store: StateStore) 
     got.clear()
     list(match_batches(settings, v2, iter([_events(b'{"a": 0}')]), got.append))
     assert got[0].reloads == 0 and got[0].lag == 2 and got[0].index_subscriptions == 3
+    assert got[0].filter_matches == {"psthash": 3}, "this batch's, not the matcher's total"
+
+
+def test_auto_reports_the_pre_filter_of_each_of_its_families(store: StateStore) -> None:
+    """``auto`` files equality-only conjuncts in the bitset family and ranges in PSTHash
+    (psmatch.auto.routing): each family's candidates and matches are counted apart, and
+    together they are the batch's notifications (one conjunct per subscription)."""
+    settings = WorkerSettings(
+        redis_url=_url(store), redis_prefix=store.prefix, retention=store.retention,
+        matcher="auto", notifications_topic="notif", rejected_topic="rej",
+    )  # fmt: skip
+    exprs = [f"a < {i}" for i in range(1, 6)] + [f"b = {i}" for i in range(5)]
+    v = store.apply([SourceChange("subs:0", i, f"s{i}", _stored(e, "x"))
+                     for i, e in enumerate(exprs)]).version  # fmt: skip
+    got: list[TaskMetrics] = []
+    list(match_batches(settings, v, iter([_events(b'{"a": 2, "b": 1}', b'{"a": 0}')]),
+                       got.append))  # fmt: skip
+    (metrics,) = got
+    assert set(metrics.filter_candidates) <= {"psthash", "bitset"}
+    assert sum(metrics.filter_matches.values()) == metrics.notifications == 3 + 1 + 5
+    for family, matches in metrics.filter_matches.items():
+        assert 0 <= matches <= metrics.filter_candidates[family]
 
 
 def _url(store: StateStore) -> str:

@@ -87,6 +87,9 @@ class BatchFigures:
     index_spaces: int = 0
     index_bytes: int = 0
     peak_rss_bytes: int = 0
+    filter_candidates: Mapping[str, int] = field(default_factory=dict)  # by matcher family
+    filter_matches: Mapping[str, int] = field(default_factory=dict)  # by matcher family
+    replayed: int = 0
 
 
 class MetricsError(PsmatchError):
@@ -185,6 +188,24 @@ class ServiceMetrics:
             "or every subscription in Redis) instead of catching up from the change log "
             "(first use, a new executor, a worker that missed more than the retention, state "
             "rebuilt).",
+            registry=r,
+        )
+        self.filter_candidates = Counter(
+            "psmatch_filter_candidates",
+            "(event, conjunct) candidates a matcher family's pre-filter handed over for "
+            "checking, by family; with psmatch_filter_matches_total, the pre-filter's "
+            "precision.",
+            ["family"], registry=r,
+        )  # fmt: skip
+        self.filter_matches = Counter(
+            "psmatch_filter_matches",
+            "Candidates of psmatch_filter_candidates_total that matched, by family.",
+            ["family"], registry=r,
+        )  # fmt: skip
+        self.events_replayed = Counter(
+            "psmatch_events_replayed",
+            "Events of a batch run again that exactly-once delivery left out: a committed "
+            "transaction had written their notifications.",
             registry=r,
         )
         # -- histograms --------------------------------------------------------------
@@ -294,6 +315,10 @@ class ServiceMetrics:
         self.events_matched.inc(batch.events - batch.events_rejected)
         self.notifications.inc(batch.notifications)
         self.changes_applied.inc(batch.changes_applied)
+        self.events_replayed.inc(batch.replayed)
+        for family, n in batch.filter_candidates.items():
+            self.filter_candidates.labels(family).inc(n)
+            self.filter_matches.labels(family).inc(batch.filter_matches.get(family, 0))
         for input_name, code, count in batch.rejects:
             self.rejected.labels(input_name, code).inc(count)
         for phase, seconds in batch.phase_seconds.items():

@@ -73,6 +73,10 @@ class TaskMetrics:
     process_indexes: int = 0
     shard_subscriptions: dict[int, int] = field(default_factory=dict)  # by shard number
     rejects: dict[str, int] = field(default_factory=dict)  # by reject code
+    # by matcher family: the (event, conjunct) candidates its pre-filter handed over and
+    # the matches among them (psmatch.core.pipeline.FilterCounts)
+    filter_candidates: dict[str, int] = field(default_factory=dict)
+    filter_matches: dict[str, int] = field(default_factory=dict)
     samples: list[str] = field(default_factory=list)  # at most MAX_SAMPLES
 
     def reject(self, error: RecordError, topic: str, partition: int, offset: int) -> None:
@@ -80,6 +84,10 @@ class TaskMetrics:
         self.rejects[error.code] = self.rejects.get(error.code, 0) + 1
         if len(self.samples) < MAX_SAMPLES:
             self.samples.append(reject_sample(error, topic, partition, offset))
+
+    def count_filter(self, family: str, candidates: int, matches: int) -> None:
+        self.filter_candidates[family] = self.filter_candidates.get(family, 0) + candidates
+        self.filter_matches[family] = self.filter_matches.get(family, 0) + matches
 
     def merge(self, other: TaskMetrics) -> TaskMetrics:
         """Add ``other`` into this one (returns self)."""
@@ -94,6 +102,8 @@ class TaskMetrics:
             self.shard_subscriptions[shard] = max(self.shard_subscriptions.get(shard, 0), n)
         for code, n in other.rejects.items():
             self.rejects[code] = self.rejects.get(code, 0) + n
+        for family, n in other.filter_candidates.items():
+            self.count_filter(family, n, other.filter_matches.get(family, 0))
         self.samples.extend(other.samples[: MAX_SAMPLES - len(self.samples)])
         return self
 

@@ -30,6 +30,7 @@ from psmatch import Matcher
 from psmatch.adapters.arrow import binary_column, repeated_string, values_of
 from psmatch.adapters.kafka.sink import SINK_CHUNK, SinkSettings
 from psmatch.core.heap import release_free_heap
+from psmatch.core.pipeline import IndexedMatcher
 from psmatch.errors import PsmatchError
 from psmatch.events import FlatEvent
 from psmatch.service.connections import record_sink
@@ -113,7 +114,12 @@ def match_rows(
         tails.append(tail)
         positions.append((key, value, topic, partition, offset))
     t1 = time.perf_counter()
+    families = filter_families(index.matcher)
+    before = [(f.filter_counts.candidates, f.filter_counts.matches) for f in families]
     events, slots, failed = _match(index.matcher, flat_events)
+    for family, (candidates, matches) in zip(families, before, strict=True):
+        metrics.count_filter(family.name, family.filter_counts.candidates - candidates,
+                             family.filter_counts.matches - matches)  # fmt: skip
     for i, exc in failed.items():
         reject(record_error(exc), *positions[i])
     # what matching freed (its candidates' columns) given back before the records are
@@ -136,6 +142,13 @@ def match_rows(
         yield from notifications
     if rejects:
         yield output_records(settings.rejected_topic, rejects)
+
+
+def filter_families(matcher: Matcher) -> list[IndexedMatcher]:
+    """The indexed families whose pre-filter ``matcher`` runs: itself, or each family
+    of ``auto`` (its ``families``); none for ``scan``, which has no pre-filter."""
+    members = getattr(matcher, "families", [matcher])
+    return [m for m in members if isinstance(m, IndexedMatcher)]
 
 
 def notification_records(
