@@ -52,6 +52,8 @@ def batch_figures(report: BatchReport) -> BatchFigures:
         reloads=w.reloads, lag=w.lag, shard_subscriptions=dict(w.shard_subscriptions),
         index_predicates=w.index_predicates, index_spaces=w.index_spaces,
         index_bytes=w.index_bytes, peak_rss_bytes=w.peak_rss_bytes,
+        filter_candidates=dict(w.filter_candidates), filter_matches=dict(w.filter_matches),
+        replayed=w.replayed,
     )  # fmt: skip
 
 
