@@ -93,8 +93,9 @@ def _agree(subscriptions: list, batch: list[dict]) -> None:
     matcher.check()
     assert matcher.match_batch(batch) == scan.match_batch(batch)
     assert [matcher.match(e) for e in batch[:4]] == scan.match_batch(batch[:4])
-    placement = matcher.stats().placement
-    assert sum(placement.values()) == matcher.stats().conjuncts
+    stats = matcher.stats()
+    assert sum(stats.placement[reason] for reason in routing.REASONS) == stats.conjuncts
+    assert stats.placement["psthash"] + stats.placement["bitset"] >= len(matcher)
     removed = list(scan)[::3]
     matcher.remove_many(removed)
     for sub_id in removed:
@@ -171,6 +172,7 @@ def test_a_subscription_split_across_families_matches_once_per_event() -> None:
     matcher.check()
     placement = matcher.stats().placement
     assert placement["psthash/points"] == 2  # k = 5, a0 = 7
+    assert placement["psthash"] == 2 and placement["bitset"] == 301  # "both" in each
     assert placement["bitset/fine-ranges"] >= 250  # ranges on a0 .. a4, fine by then
     batch = [{"a0": 7, "a1": 5, "k": 5}, {"a0": 20, "k": 5}, {"a0": 20}, {"k": 5}, {}]
     got = matcher.match_batch(batch)
@@ -193,7 +195,8 @@ def test_the_rule_files_points_and_coarse_domains_in_psthash_and_fine_ranges_in_
                       ("in", "a2 in (1, 2, 3)"), ("coarse", "c between 2 and 5"),
                       ("ne", "a3 != 4"), ("like", "s like '%x'")])
     placement = matcher.stats().placement
-    assert placement == {"psthash/points": 2, "psthash/coarse": 2,  # c and s
+    assert placement == {"psthash": 4, "bitset": 401,  # subscriptions, then conjuncts:
+                         "psthash/points": 2, "psthash/coarse": 2,  # c and s
                          "bitset/fine-ranges": 400 + 1}  # a3 != 4
     stats = matcher.stats()
     assert stats.conjuncts == 405 and stats.subscriptions == 405

@@ -55,9 +55,9 @@ def test_each_workload_is_filed_where_it_stays_linear(workload, family) -> None:
         stats = matcher.stats()
         placement = {k: v for k, v in stats.placement.items() if v}
         if family is None:  # BE-Gen: every conjunct has a point or a coarse predicate
-            assert set(placement) <= {"psthash/points", "psthash/coarse"}
+            assert set(placement) <= {"psthash", "psthash/points", "psthash/coarse"}
         else:
-            assert placement == {family: n}
+            assert placement == {"bitset": n, family: n}
             assert stats.spaces == 0
         sizes[n] = stats.estimated_bytes
     assert sizes[6000] <= 4.5 * sizes[1500]

@@ -16,11 +16,14 @@ slot (``matcher.internal``) works through it unchanged.
   both do, merges them, by event and each pair once (a subscription may match through a
   conjunct in each).
 
-``stats()`` sums the families' and says in ``placement`` how many live conjuncts each
-reason filed where. Cost: a family's own, plus O(conjuncts + intervals) to route a
-batch; a batch of events pays both families' fixed costs only when both hold
-conjuncts. Memory: the families', plus 3 bytes per slot for the placement counts and
-the bounds :class:`psmatch.auto.routing.DomainStats` keeps.
+``stats()`` sums the families' and says in ``placement`` how many subscriptions have
+a conjunct in each family (``psthash``, ``bitset``) and how many live conjuncts each
+reason filed where (``family/reason``, :data:`psmatch.auto.routing.REASONS`).
+
+Cost: a family's own, plus O(conjuncts + intervals) to route a batch; a batch of
+events pays both families' fixed costs only when both hold conjuncts. Memory: the
+families', plus 3 bytes per slot for the placement counts and the bounds
+:class:`psmatch.auto.routing.DomainStats` keeps.
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ class AutoMatcher(Matcher):
             sum(p.spaces for p in parts),
             sum(p.estimated_bytes for p in parts) + self.placed.nbytes + self.totals.nbytes
             + self.domains.nbytes,
-            placement=dict(zip(REASONS, self.totals.tolist(), strict=True)))
+            placement={**dict(zip(FAMILIES, self.held.tolist(), strict=True)),
+                       **dict(zip(REASONS, self.totals.tolist(), strict=True))})
 
     def _check(self) -> None:
         for family in self.families:
