@@ -193,17 +193,18 @@ def test_the_rule_files_points_and_coarse_domains_in_psthash_and_fine_ranges_in_
     matcher.add_many(fine)  # one batch: its own bounds make a0 .. a4 fine
     matcher.add_many([("eq", "a0 = 3 and a1 between 5 and 900000"),
                       ("in", "a2 in (1, 2, 3)"), ("coarse", "c between 2 and 5"),
-                      ("ne", "a3 != 4"), ("like", "s like '%x'")])
+                      ("ne", "a3 != 4"), ("like", "s like '%x'"),
+                      ("many", f"a2 in ({', '.join(map(str, range(routing.MAX_POINTS + 1)))})")])
     placement = matcher.stats().placement
-    assert placement == {"psthash": 4, "bitset": 401,  # subscriptions, then conjuncts:
+    assert placement == {"psthash": 4, "bitset": 402,  # subscriptions, then conjuncts:
                          "psthash/points": 2, "psthash/coarse": 2,  # c and s
-                         "bitset/fine-ranges": 400 + 1}  # a3 != 4
+                         "bitset/fine-ranges": 400 + 2}  # a3 != 4, a2 in (33 values)
     stats = matcher.stats()
-    assert stats.conjuncts == 405 and stats.subscriptions == 405
+    assert stats.conjuncts == 406 and stats.subscriptions == 406
     # a fine (attribute, kind) stays fine once its ranges are removed
     matcher.remove_many([sub_id for sub_id, _ in fine])
     matcher.add("later", "a4 between 1 and 2")
-    assert matcher.stats().placement["bitset/fine-ranges"] == 2
+    assert matcher.stats().placement["bitset/fine-ranges"] == 3
     matcher.check()
 
 
