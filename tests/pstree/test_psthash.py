@@ -76,38 +76,40 @@ def _candidates(matcher, event: dict) -> list[int]:
     return matcher._candidates(batch, 0, 1).cids.tolist()
 
 
-def _both(statements: list[tuple[object, str]]) -> tuple:
+def _both(*groups: list[tuple[object, str]]) -> tuple:
+    """PSTHash and scan, each group added in one bulk add, in order (a group's filing
+    sees the bounds of the groups before it)."""
     psthash, scan = make_matcher("psthash"), make_matcher("scan")
-    psthash.add_many(statements)
-    scan.add_many(statements)
+    for statements in groups:
+        psthash.add_many(statements)
+        scan.add_many(statements)
     psthash.check()
     return psthash, scan
 
 
-def _wide_pairs(n: int) -> list[tuple[object, str]]:
-    """Point conjuncts making trees ``a``, ``b``, ``c`` of 2n + 1 spaces, and n // 4 on
-    ``a`` and ``b`` whose predicates each cover over 2n // 5 of them (over MAX_KEYS pairs)
-    and leave out over 32 (not near-full): filed on the fallback lists while they cover
-    at most WIDE_COVER spaces (n = 40), in the cells beyond (n = 200)."""
+def _wide_pairs(n: int) -> tuple[list[tuple[object, str]], list[tuple[object, str]]]:
+    """Point conjuncts making trees ``a``, ``b``, ``c`` of 2n + 1 spaces, and, added
+    after them, n // 4 on ``a`` and ``b`` whose predicates each cover over 100 of them
+    (over MAX_KEYS pairs) and leave out over 32 (not near-full): filed on the fallback
+    lists (the trees are coarse, at most FINE_SPACES spaces)."""
     points = [(f"p{i}", f"a = {i} or b = {i} or c = {i}") for i in range(n)]
     wide = [(f"w{i}", f"a >= {n // 5 + i} and b < {n - n // 5 - i}") for i in range(n // 4)]
-    return points + wide
+    return points, wide
 
 
 def test_fallback_conjuncts_need_their_second_attribute_to_be_candidates() -> None:
-    psthash, scan = _both(_wide_pairs(40))
+    psthash, scan = _both(*_wide_pairs(100))
     assert len(psthash.table) == 0 and len(psthash.side) == 0
-    assert not psthash.cells.wide.view().any()
     keys, _ = psthash.fallback.entries()
-    assert ((keys & 0xFFFFFFFF) != 0xFFFFFFFF).sum() > 10 * 40  # the wide ones, per space
+    assert ((keys & 0xFFFFFFFF) != 0xFFFFFFFF).sum() > 25 * 100  # the wide ones, per space
     # An event lacking ``b`` looks up only the single-predicate keys of its ``a``
-    # space: the point conjunct ``a = 30`` (its ``a`` part), never a wide one.
-    only_a = _candidates(psthash, {"a": 30})
+    # space: the point conjunct ``a = 60`` (its ``a`` part), never a wide one.
+    only_a = _candidates(psthash, {"a": 60})
     assert len(only_a) == 1
-    both = _candidates(psthash, {"a": 30, "b": 10})
-    assert len(both) == 2 + 10  # a = 30, b = 10 and every wide one (its first holds)
-    for event in ({"a": 30}, {"b": 10}, {"a": 30, "b": 10}, {"a": 5, "b": 3, "c": 3},
-                  {"c": 7}, {"a": 39, "b": 0}):
+    both = _candidates(psthash, {"a": 60, "b": 20})
+    assert len(both) == 2 + 25  # a = 60, b = 20 and every wide one (its first holds)
+    for event in ({"a": 60}, {"b": 20}, {"a": 60, "b": 20}, {"a": 5, "b": 3, "c": 3},
+                  {"c": 7}, {"a": 99, "b": 0}):
         assert psthash.match(event) == scan.match(event), event
 
 
@@ -119,7 +121,7 @@ def test_splits_copy_fallback_entries_with_their_second_tree() -> None:
     before = len(psthash.fallback)
     spaces_a = psthash.forest.spaces.live
     # Bounds inside the wide ranges split their spaces, one batch after another.
-    for step in range(1, 10):
+    for step in range(1, 6):  # the trees stay coarse (FINE_SPACES): no cells
         more = [(f"s{step}.{i}", f"a = {10 * i + step} and b = {1000 - 10 * i - step}")
                 for i in range(40)]
         psthash.add_many(more)
@@ -133,7 +135,7 @@ def test_splits_copy_fallback_entries_with_their_second_tree() -> None:
 
 
 def test_removals_then_purge_keep_the_fallback_lists_exact() -> None:
-    psthash, scan = _both(_wide_pairs(200))
+    psthash, scan = _both(*_wide_pairs(200))
     # The wide ones first: the purges that the point conjuncts' removals bring drop
     # them all.
     gone = [f"w{i}" for i in range(50)] + [f"p{i}" for i in range(0, 200, 2)]

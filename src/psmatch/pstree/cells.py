@@ -28,17 +28,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from psmatch.core.columns import GrowableArray
+from psmatch.core.columns import GrowableArray, expand_ranges
 from psmatch.core.multimap import MultiMap
 from psmatch.pstree.forest import Forest
 from psmatch.pstree.store import ConjunctStore
 
 WIDE_COVER = 64
-"""An access predicate covering more spaces than this is filed in segments of cells.
-
-Below it, its spaces' own lists cost at most this many entries and decide the predicate
-exactly. On BE-Gen's domains of 100 values a tree has at most 201 spaces, so only ranges
-open to much of the domain go to the cells."""
+"""An access predicate covering more spaces than this, in a tree of more than
+:data:`FINE_SPACES`, is filed in segments of cells; below it, its spaces' own lists cost
+at most this many entries and decide the predicate exactly."""
+FINE_SPACES = 512
+"""A tree of at most this many spaces (256 distinct bounds) is *coarse*: its predicates
+stay under their spaces, as in the paper, each at most this many entries whatever the
+index. BE-Gen's domains of 100 values make trees of at most 201 spaces."""
 CELL_BOUNDS = 16
 """Bounds between consecutive anchors when a tree is anchored: an edge cell holds the
 ends of at most about this many wide predicates of each of its anchorings' trees, the
@@ -67,6 +69,7 @@ class WideLists:
         self._current_entries = 0  # entries under the trees' current slots
         self._positions_key = -1
         self._positions: list[np.ndarray] = []
+        self._flat: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- filing ------------------------------------------------------------------------
 
@@ -191,6 +194,7 @@ class WideLists:
             rank = forest.bound_rank
             self._positions = [2 * rank[a].astype(np.int64) + 1 for a in self.anchors]
             self._positions_key = forest.version
+            self._flat = None
         return self._positions
 
     # -- matching ----------------------------------------------------------------------
@@ -200,32 +204,40 @@ class WideLists:
         """The conjuncts filed under the located entries ``(tree[i], position[i])``:
         ``(entry index, cid, checked, keys probed)``, ``checked`` 1 where the access
         predicate is known to hold (a segment), 0 where verification must check it (an
-        edge cell). O(entries x levels) plus the entries found."""
+        edge cell). O(entries x levels) plus the entries found, vectorised over all
+        trees (one search of the entries' cells in every tree's anchors at once)."""
         empty = np.empty(0, dtype=np.int64)
         if not self._next_slot:
             return empty, empty, empty.astype(np.int32), 0
         tree = tree.astype(np.int64, copy=False)
-        known = tree < len(self.slot)
-        entries = np.flatnonzero(known)
+        entries = np.flatnonzero(tree < len(self.slot))
         entries = entries[self.slot[tree[entries]] >= 0]
         if not len(entries):
             return empty, empty, empty.astype(np.int32), 0
-        points = self.anchor_positions(forest)
-        keys, owners, edge = [], [], []
-        sub_tree = tree[entries]
-        for t in np.unique(sub_tree).tolist():
-            at = entries[sub_tree == t]
-            levels = int(self.levels[t])
-            cell = np.searchsorted(points[t], position[at], side="right").astype(np.int64)
-            nodes = ((1 << levels) + cell)[:, None] >> np.arange(levels + 1)
-            slot = int(self.slot[t]) << 32
-            keys += [slot | nodes.ravel(), slot | ((2 << levels) + cell)]
-            owners += [np.repeat(at, levels + 1), at]
-            edge += [np.zeros(nodes.size, bool), np.ones(len(at), bool)]
-        query = np.concatenate(keys)
+        points, first = self._flat_anchors(forest)
+        t = tree[entries]
+        cell = np.searchsorted(points, (t << 32) | position[entries], side="right") - first[t]
+        levels = self.levels[t]
+        slot = self.slot[t] << 32
+        owner, level = expand_ranges(np.zeros(len(t), dtype=np.int64), levels + 1)
+        query = np.concatenate([slot[owner] | (((1 << levels) + cell)[owner] >> level),
+                                slot | ((2 << levels) + cell)])
         found, cids = self.map.lookup(query)
-        checked = np.where(np.concatenate(edge)[found], 0, 1).astype(np.int32)
-        return np.concatenate(owners)[found], cids.astype(np.int64), checked, len(query)
+        checked = (found < len(owner)).astype(np.int32)
+        at = np.concatenate([entries[owner], entries])[found]
+        return at, cids.astype(np.int64), checked, len(query)
+
+    def _flat_anchors(self, forest: Forest) -> tuple[np.ndarray, np.ndarray]:
+        """Every tree's anchor positions as one sorted column of ``tree << 32 |
+        position``, and where each tree's start in it (cached with
+        :meth:`anchor_positions`)."""
+        if self._positions_key != forest.version or self._flat is None:
+            positions = self.anchor_positions(forest)
+            counts = np.array([len(p) for p in positions], dtype=np.int64)
+            owner = np.repeat(np.arange(len(positions), dtype=np.int64), counts)
+            flat = np.concatenate([np.zeros(0, np.int64), *positions])
+            self._flat = ((owner << 32) | flat, np.cumsum(counts) - counts)
+        return self._flat
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -261,6 +273,34 @@ class WideLists:
         actual = sorted(zip(keys[live].tolist(), cids[live].astype(np.int64).tolist(),
                             strict=True))
         assert actual == expected, "a wide conjunct is filed under wrong keys"
+
+
+def row_spaces(forest: Forest, store: ConjunctStore, cids: np.ndarray,
+               k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The spaces the k-th rows of ``cids`` cover now: ``(first layout position, count)``
+    per interval, the index in ``cids`` of each interval, and per conjunct the spaces of
+    its row's tree. O(intervals), vectorised."""
+    pids = store.pred_start.data[cids].astype(np.int64) + k
+    iv_owner, *bounds = store.intervals(pids)
+    tree = store.pred_tree[pids].astype(np.int64)
+    base, sizes, _ = forest.space_layout()
+    lo, hi = store.positions(*bounds)
+    iv_tree = tree[iv_owner]
+    hi = np.minimum(hi, sizes[iv_tree] - 1)
+    return base[iv_tree] + lo, hi - lo + 1, iv_owner, sizes[tree]
+
+
+def row_cover(forest: Forest, store: ConjunctStore, cids: np.ndarray,
+              k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per conjunct: the spaces its k-th row covers now, and the spaces of its tree."""
+    _, count, owner, spaces = row_spaces(forest, store, cids, k)
+    return np.bincount(owner, weights=count, minlength=len(cids)).astype(np.int64), spaces
+
+
+def wide_mask(cover: np.ndarray, tree_spaces: np.ndarray) -> np.ndarray:
+    """Whether access predicates covering ``cover`` of their tree's ``tree_spaces``
+    spaces go to the cells (:data:`WIDE_COVER`, :data:`FINE_SPACES`)."""
+    return (cover > WIDE_COVER) & (tree_spaces > FINE_SPACES)
 
 
 def canonical_segments(first: np.ndarray, last: np.ndarray,

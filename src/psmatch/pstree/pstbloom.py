@@ -44,7 +44,7 @@ from psmatch.core.columns import GrowableArray, expand_ranges, grown_capacity, z
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
 from psmatch.events import FlatEvent
-from psmatch.pstree.cells import WIDE_COVER, WideLists
+from psmatch.pstree.cells import FINE_SPACES, WideLists, row_cover, wide_mask
 from psmatch.pstree.matcher import ForestBatch, ForestMatcher
 from psmatch.pstree.spaces import Splits
 from psmatch.pstree.store import InsertedConjuncts
@@ -75,13 +75,17 @@ class PSTBloomMatcher(ForestMatcher):
         self._added_since_build = 0
         self._removed_since_build = 0
         self._bulk_since_build = False
+        self._stale_entries = 0  # list entries of conjuncts since moved to the cells
 
     # -- filing ------------------------------------------------------------------------
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
-        self._on_splits(inserted.splits)
+        grown = self._on_splits(inserted.splits)
+        store = self.store
         side = inserted.near_full(0)
-        wide = inserted.covered_count(0, ~side) > WIDE_COVER
+        _, sizes, _ = self.forest.space_layout()
+        wide = wide_mask(inserted.covered_count(0, ~side),
+                         sizes[store.pred_tree[store.pred_start.data[inserted.cids]]])
         cids, sids = inserted.covered(0, ~side & ~wide)
         self.lists.add(sids, cids.astype(np.int32))
         self.side.add(self.store.pred_tree[self.store.pred_start.data[
@@ -89,21 +93,43 @@ class PSTBloomMatcher(ForestMatcher):
         self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
         # last: re-anchoring a tree may merge spaces, which the lists above were filed by
-        self.cells.file(self.forest, self.store, inserted.cids, wide, inserted.splits.tree)
+        self.cells.file(self.forest, store, np.concatenate([inserted.cids, grown]),
+                        np.concatenate([wide, np.ones(len(grown), dtype=bool)]),
+                        inserted.splits.tree)
+        if self._stale_entries > max(4096, len(self.lists) // 4):
+            self.lists.compact(self._keep_live)
+            self._stale_entries = 0
 
     def _unfile_rows(self, cids: np.ndarray) -> None:
         self._removed_since_build += len(cids)
 
-    def _on_splits(self, splits: Splits) -> None:
+    def _on_splits(self, splits: Splits) -> np.ndarray:
         """The new spaces of a batch's splits inherit their gap's lists and filter, all
-        in one lookup (the gaps existed before the batch, so none is a new space)."""
+        in one lookup (the gaps existed before the batch, so none is a new space).
+
+        Returns the conjuncts whose access predicate the splits made wide in a fine tree
+        (:func:`psmatch.pstree.cells.wide_mask`), for the cells: their list entries
+        stay, true but stale, until the lists are next compacted."""
         if not len(splits):
-            return
+            return np.empty(0, dtype=np.int64)
         parents = splits.sid
         new = splits.new_sids
         owner, cids = self.lists.lookup(parents)
+        at_home = ~self.cells.wide.data[cids]
+        owner, cids = owner[at_home], cids[at_home]
         self.lists.add(new[owner].ravel(), np.repeat(cids, 2))
         self._share_signatures(parents, new)
+        _, sizes, _ = self.forest.space_layout()
+        fine = sizes[splits.tree[owner]] > FINE_SPACES
+        return self._grown_wide(cids[fine & self.registry.alive.data[cids]])
+
+    def _grown_wide(self, cids: np.ndarray) -> np.ndarray:
+        """Those of ``cids`` whose access predicate is now wide in a fine tree."""
+        cids = np.unique(cids).astype(np.int64)
+        cover, spaces = row_cover(self.forest, self.store, cids, 0)
+        grown = wide_mask(cover, spaces)
+        self._stale_entries += int(cover[grown].sum())
+        return cids[grown]
 
     def _share_signatures(self, parents: np.ndarray, new: np.ndarray) -> None:
         need = int(new.max()) + 1
@@ -122,6 +148,10 @@ class PSTBloomMatcher(ForestMatcher):
 
     def _posting_maps(self) -> list[MultiMap]:
         return [self.lists]
+
+    def _keep_live(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Besides live conjuncts and spaces: not a conjunct since moved to the cells."""
+        return super()._keep_live(keys, values) & ~self.cells.wide.data[values]
 
     def _purge(self) -> None:
         self.side.compact(lambda _, cids: self.registry.alive.data[cids])

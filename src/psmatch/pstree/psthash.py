@@ -41,7 +41,7 @@ import numpy as np
 from psmatch.core.columns import GrowableArray, distinct_sorted, expand_ranges, find_sorted
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
-from psmatch.pstree.cells import WIDE_COVER, WideLists
+from psmatch.pstree.cells import FINE_SPACES, WideLists, row_cover, row_spaces, wide_mask
 from psmatch.pstree.kernels import (
     fallback_candidates,
     hashed_pair_entries,
@@ -60,6 +60,11 @@ wide conjuncts hold most of the table: on BE-Gen workloads the few hashed conjun
 conjuncts cost an event little there, and a cap of 32 rather than 256 keeps a fraction of
 the entries: the index about half the memory and matching faster (docs/matching.md,
 PSTHash)."""
+GROWN_KEYS = 4 * MAX_KEYS
+"""A hashed conjunct whose pairs splits grew beyond this many leaves the table for the
+fallback lists or the cells: later bounds keep splitting the spaces of early conjuncts
+(on a fine domain, without end), whose pairs would otherwise grow with the square of
+the spaces they cover."""
 NO_TREE = 0xFFFFFFFF
 """Second tree of a fallback key whose conjunct has a single predicate."""
 _LOW = 0xFFFFFFFF
@@ -79,9 +84,11 @@ class PSTHashMatcher(ForestMatcher):
         self.side = MultiMap()  # tree id -> conjuncts whose access predicate is near-full
         self.cells = WideLists()  # fallback conjuncts whose first access predicate is wide
         self._tree_pairs = np.empty(0, dtype=np.int64)  # sorted (low tree << 32 | high tree)
+        self._stale_table = 0  # table and access entries of conjuncts no longer hashed
+        self._stale_fallback = 0  # fallback entries of conjuncts since moved to the cells
 
     def _file_rows(self, inserted: InsertedConjuncts) -> None:
-        self._on_splits(inserted.splits)
+        grown = self._on_splits(inserted.splits)
         cids, store = inserted.cids, self.store
         side = inserted.near_full(0)
         self.side.add(store.pred_tree[store.pred_start.data[cids[side]]].astype(np.int64),
@@ -92,7 +99,8 @@ class PSTHashMatcher(ForestMatcher):
         n_first = inserted.covered_count(0, ~side)
         n_second = inserted.covered_count(1, ~side & ~inserted.near_full(1))
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
-        wide = ~hashed & (n_first > WIDE_COVER)
+        _, sizes, _ = self.forest.space_layout()
+        wide = ~hashed & wide_mask(n_first, sizes[store.pred_tree[store.pred_start.data[cids]]])
         n_first[wide] = 0
         self.hashed.put(cids, hashed)
         first_cid, first_sid = inserted.covered(0, ~side & ~wide)
@@ -115,7 +123,30 @@ class PSTHashMatcher(ForestMatcher):
         self.fallback.add(fallback_key(first_sid[~in_hash], self._second_tree(fallback_cid)),
                           fallback_cid.astype(np.int32))
         # last: re-anchoring a tree may merge spaces, which the entries above were filed by
-        self.cells.file(self.forest, self.store, cids, wide, inserted.splits.tree)
+        self.cells.file(self.forest, store, np.concatenate([cids, grown]),
+                        np.concatenate([wide, np.ones(len(grown), dtype=bool)]),
+                        inserted.splits.tree)
+        self._compact_stale()
+
+    def _compact_stale(self) -> None:
+        """Compact the maps once their stale entries (of conjuncts filed elsewhere
+        since) are a quarter of them: memory stays within a third above the live
+        entries, at amortised O(1) per stale entry."""
+        if self._stale_table > max(4096, len(self.table) // 4):
+            for multimap in self._posting_maps():
+                multimap.compact(self._keep_live)
+            self._stale_table = 0
+        if self._stale_fallback > max(4096, len(self.fallback) // 4):
+            self.fallback.compact(self._fallback_keep)
+            self._stale_fallback = 0
+
+    def _keep_live(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """Besides live conjuncts and spaces: a conjunct still hashed."""
+        return super()._keep_live(keys, values) & self.hashed.data[values]
+
+    def _fallback_keep(self, keys: np.ndarray, cids: np.ndarray) -> np.ndarray:
+        return (self.registry.alive.data[cids] & self.forest.spaces.alive[keys >> 32]
+                & ~self.cells.wide.data[cids])
 
     def _second_tree(self, cids: np.ndarray) -> np.ndarray:
         """Tree of each conjunct's second access predicate, :data:`NO_TREE` without."""
@@ -146,8 +177,8 @@ class PSTHashMatcher(ForestMatcher):
         alive = self.registry.alive.data
         self.side.compact(lambda _, cids: alive[cids])
         self.cells.compact(alive)
-        alive_space = self.forest.spaces.alive
-        self.fallback.compact(lambda keys, cids: alive[cids] & alive_space[keys >> 32])
+        self.fallback.compact(self._fallback_keep)
+        self._stale_table = self._stale_fallback = 0
         live = np.flatnonzero(self.registry.alive.view() & self.hashed.view())
         start = self.store.pred_start.data[live]
         self._tree_pairs = np.empty(0, dtype=np.int64)
@@ -155,20 +186,38 @@ class PSTHashMatcher(ForestMatcher):
                              self.store.pred_tree[start + 1])
         super()._purge()
 
-    def _on_splits(self, splits: Splits) -> None:
+    def _on_splits(self, splits: Splits) -> np.ndarray:
         """The new spaces of a batch's splits inherit their gap's fallback entries and
         hash records; the gaps are looked up all at once (they existed before the
-        batch, so none is a new space), then each hashed conjunct found is re-paired."""
+        batch, so none is a new space), then each hashed conjunct found is re-paired.
+
+        The hashed conjuncts whose pairs grew beyond :data:`GROWN_KEYS` leave the table
+        (:meth:`_unhash`); returns the conjuncts whose first access
+        predicate grew wide (:func:`psmatch.pstree.cells.wide_mask`), for the cells.
+        Their old entries stay, true but stale, until the maps are next compacted."""
         if not len(splits):
-            return
+            return np.empty(0, dtype=np.int64)
         store = self.store
         parents = splits.sid
         new_sids = splits.new_sids
+        _, sizes, _ = self.forest.space_layout()
+        alive = self.registry.alive.data
         owner, keys, fallback = self.fallback.lookup_ranges(*_space_range(parents))
+        at_home = ~self.cells.wide.data[fallback]
+        owner, keys, fallback = owner[at_home], keys[at_home], fallback[at_home]
         self.fallback.add(fallback_key(new_sids[owner].ravel(), np.repeat(keys & _LOW, 2)),
                           np.repeat(fallback, 2))
+        grown = np.unique(fallback[(sizes[splits.tree[owner]] > FINE_SPACES)
+                                   & alive[fallback]]).astype(np.int64)
+        cover, spaces = row_cover(self.forest, store, grown, 0)
+        moved = wide_mask(cover, spaces)
+        self._stale_fallback += int(cover[moved].sum())
+        grown = grown[moved]
         owner, cids = self.access.lookup(parents)
-        keep = self.registry.alive.data[cids] & self.hashed.data[cids]
+        keep = alive[cids] & self.hashed.data[cids]
+        if keep.any():
+            grown = np.concatenate([grown, self._unhash(np.unique(cids[keep]).astype(np.int64))])
+            keep &= self.hashed.data[cids]
         pairs = zip(owner[keep].tolist(), cids[keep].tolist(), strict=True)
         for s, cid in sorted(set(pairs)):
             new = new_sids[s]
@@ -178,6 +227,29 @@ class PSTHashMatcher(ForestMatcher):
             keys = pair_key(np.repeat(new, len(other)), np.tile(other, len(new)))
             self.table.add(keys, np.full(len(keys), cid, dtype=np.int32))
             self.access.add(new, np.full(len(new), cid, dtype=np.int32))
+        return grown
+
+    def _unhash(self, cids: np.ndarray) -> np.ndarray:
+        """Take the hashed conjuncts ``cids`` whose pairs now exceed :data:`GROWN_KEYS`
+        out of the table: onto the fallback lists, or, those whose first access
+        predicate is wide, returned for the cells. O(their spaces), vectorised."""
+        first, spaces = row_cover(self.forest, self.store, cids, 0)
+        second, _ = row_cover(self.forest, self.store, cids, 1)
+        over = first * second > GROWN_KEYS
+        cids, first, spaces = cids[over], first[over], spaces[over]
+        if not len(cids):
+            return cids
+        self.hashed.data[cids] = False
+        self._stale_table += int((first * second[over] + first + second[over]).sum())
+        wide = wide_mask(first, spaces)
+        listed = cids[~wide]
+        start, count, owner, _ = row_spaces(self.forest, self.store, listed, 0)
+        iv, position = expand_ranges(start, count)
+        cid = listed[owner[iv]]
+        _, _, layout = self.forest.space_layout()
+        self.fallback.add(fallback_key(layout[position], self._second_tree(cid)),
+                          cid.astype(np.int32))
+        return cids[wide]
 
     def _posting_maps(self) -> list[MultiMap]:
         """The table and the access lists; the fallback lists are purged by
