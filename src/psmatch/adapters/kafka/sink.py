@@ -10,9 +10,11 @@ sink takes as well) and the chunking of a batch by topic (:func:`topic_runs`).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -186,6 +188,11 @@ class TransactionalSink:
     positions back. Read after the sink is opened, the positions are those of every
     transaction that will ever commit under the id.
 
+    The marker is read and committed through a consumer of ``marker_group`` that this
+    process keeps (:func:`_marker_consumer`): it only reads positions and names the
+    group, so sinks one after the other share it and the group's coordinator is looked
+    up once.
+
     Records go through confluent-kafka's ``Producer.produce``, one Python call a record
     (librdkafka's transactional API is not in :class:`BatchProducer`), with the settings
     of :class:`RecordSink` (partitioner, batches, compression). Cost per task: a
@@ -196,7 +203,7 @@ class TransactionalSink:
 
     def __init__(self, settings: SinkSettings, transactional_id: str, marker_group: str,
                  timeout_s: float = 60.0) -> None:  # fmt: skip
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
         self._client_errors = ClientErrors(settings.bootstrap_servers)
         self._timeout_s = timeout_s
@@ -208,13 +215,13 @@ class TransactionalSink:
             "partitioner": "murmur2_random",
             "transactional.id": transactional_id,
             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            "retry.backoff.ms": 20,
+            "retry.backoff.max.ms": 200,
             "message.max.bytes": 1 << 20,
             "queue.buffering.max.kbytes": 12 * 1024,
             "queue.buffering.max.messages": 1_000_000,
         })  # fmt: skip
-        self._consumer = Consumer({**base, "group.id": marker_group,
-                                   "enable.auto.commit": False,
-                                   "isolation.level": "read_committed"})  # fmt: skip
+        self._consumer, self._marker_errors = _marker_consumer(settings, marker_group)
         self._failures: list[str] = []
         self._open = False
         try:
@@ -236,6 +243,7 @@ class TransactionalSink:
                 return method(*args)  # type: ignore[operator]
             except KafkaException as exc:
                 self._client_errors.check()
+                self._marker_errors.check()
                 error = exc.args[0]
                 if error.retriable() and time.monotonic() < deadline:
                     time.sleep(0.1)
@@ -294,11 +302,33 @@ class TransactionalSink:
 
     def close(self) -> None:
         """Abort the open transaction, if any (best effort: a successor's fencing aborts
-        it too), and release the clients."""
+        it too), and release the producer."""
         from confluent_kafka import KafkaException
 
         if self._open:
             self._open = False
             with contextlib.suppress(KafkaException):
                 self._producer.abort_transaction(min(self._timeout_s, 10.0))
-        self._consumer.close()
+
+
+_MARKER_CONSUMERS: dict[tuple[SinkSettings, str], tuple[Any, ClientErrors]] = {}
+_MARKER_LOCK = threading.Lock()
+
+
+def _marker_consumer(settings: SinkSettings, group: str) -> tuple[Any, ClientErrors]:
+    """This process's consumer of ``group`` (never subscribed: it reads the group's
+    positions, ``read_committed``, and gives its metadata to a transaction), opened at
+    first use, with its error callback."""
+    from confluent_kafka import Consumer
+
+    with _MARKER_LOCK:
+        found = _MARKER_CONSUMERS.get((settings, group))
+        if found is None:
+            errors = ClientErrors(settings.bootstrap_servers)
+            consumer = Consumer({"bootstrap.servers": settings.bootstrap_servers,
+                                 **settings.security.client_config(), "error_cb": errors,
+                                 "logger": CLIENT_LOG, "group.id": group,
+                                 "enable.auto.commit": False,
+                                 "isolation.level": "read_committed"})  # fmt: skip
+            found = _MARKER_CONSUMERS[(settings, group)] = (consumer, errors)
+        return found
