@@ -70,9 +70,12 @@ def kafka_flags(sec: SecuredServices, folder: Path, via: str = "sasl") -> list[s
 
 
 def redis_flags(sec: SecuredServices, folder: Path) -> list[str]:
+    """The service's Redis settings: TLS with a client certificate, an ACL user."""
+    cert = sec.ca.issue("psmatch-redis")
     return ["--redis-url", f"rediss://{SERVICE_USER}@127.0.0.1:{sec.redis.port}/0",
             "--redis-password-file", str(secret_files(sec, folder)[1]),
-            "--redis-ca-file", str(sec.ca.ca_file)]  # fmt: skip
+            "--redis-ca-file", str(sec.ca.ca_file), "--redis-cert-file", str(cert.cert_file),
+            "--redis-key-file", str(cert.key_file)]  # fmt: skip
 
 
 def topic_flags(tag: str, folder: Path) -> list[str]:
@@ -157,6 +160,7 @@ REFUSALS = {
     "kafka-untrusted-certificate": ("publish", "TLS alert"),
     "kafka-no-certificate": ("publish", "TLS alert"),
     "kafka-plaintext-to-tls": ("publish", "is a TLS listener"),
+    "kafka-tls-to-plaintext": ("publish", "is this listener TLS?"),
     "kafka-untrusted-certificate-run": ("run", "TLS alert"),
     "redis-wrong-ca": ("explain", "refused the TLS connection"),
     "redis-wrong-password": ("explain", "refused the credentials"),
@@ -170,7 +174,8 @@ def swap_flag(flags: list[str], flag: str, value: str) -> list[str]:
     return [*flags[: at + 1], value, *flags[at + 2 :]]
 
 
-def refused_args(case: str, sec: SecuredServices, stranger: DevCA, folder: Path) -> list[str]:
+def refused_args(case: str, sec: SecuredServices, stranger: DevCA, folder: Path,
+                 plain_broker: str = "") -> list[str]:  # fmt: skip
     """The command line of ``case``: the right settings but one."""
     kafka = kafka_flags(sec, folder, "mtls" if "certificate" in case else "sasl")
     redis = redis_flags(sec, folder)
@@ -192,11 +197,14 @@ def refused_args(case: str, sec: SecuredServices, stranger: DevCA, folder: Path)
     elif case == "redis-wrong-password":
         (folder / "redis.pw").write_text("not-" + sec.redis_password)
     elif case == "redis-untrusted-certificate":
-        redis += ["--redis-cert-file", str(foreign.cert_file),
-                  "--redis-key-file", str(foreign.key_file)]  # fmt: skip
+        redis = swap_flag(swap_flag(redis, "--redis-cert-file", str(foreign.cert_file)),
+                          "--redis-key-file", str(foreign.key_file))  # fmt: skip
     elif case == "redis-plaintext-to-tls":
         redis = [f"--redis-url=redis://{SERVICE_USER}@127.0.0.1:{sec.redis.port}/0",
                  *redis[2:4]]  # fmt: skip
+    elif case == "kafka-tls-to-plaintext":
+        kafka = ["--bootstrap-servers", plain_broker, "--kafka-security-protocol", "SSL",
+                 "--kafka-ca-file", str(sec.ca.ca_file)]  # fmt: skip
     return [*kafka, *redis, *topic_flags("refused", folder)]
 
 
@@ -209,10 +217,14 @@ def test_a_refusal_is_one_clear_line_at_once(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
     case: str,
 ) -> None:
     command, says = REFUSALS[case]
-    args = refused_args(case, secured, stranger, tmp_path)
+    plain = ""  # the suite's plaintext broker, for the one case that needs it
+    if case == "kafka-tls-to-plaintext":
+        plain = request.getfixturevalue("services").kafka.bootstrap_servers
+    args = refused_args(case, secured, stranger, tmp_path, plain)
     if command == "publish":
         cmd = ["publish", '{"price": 1}', *args]
     elif command == "explain":

@@ -17,23 +17,33 @@ from collections.abc import Mapping
 from typing import Any
 
 
-def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
-    """Whether ``host:port`` answers a TLS ClientHello with a TLS handshake (or a TLS
-    alert); ``False`` if it does not answer, closes the connection or answers in
-    something else."""
+def listener_kind(host: str, port: int, timeout: float = 2.0) -> str:
+    """``"tls"`` if ``host:port`` answers a TLS ClientHello with a TLS handshake (or a TLS
+    alert), ``"plaintext"`` if it accepts the connection but answers in something else
+    or closes it, ``"closed"`` if it does not accept connections (or does not answer)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # only the protocol matters here
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as sock,
-            context.wrap_socket(sock, server_hostname=host),
-        ):
-            return True
-    except ssl.SSLError as exc:
-        return "ALERT" in str(exc).upper()  # a TLS server refusing this handshake
+        sock = socket.create_connection((host, port), timeout=timeout)
     except OSError:
-        return False
+        return "closed"
+    try:
+        with context.wrap_socket(sock, server_hostname=host):
+            return "tls"
+    except ssl.SSLError as exc:
+        return "tls" if "ALERT" in str(exc).upper() else "plaintext"
+    except TimeoutError:
+        return "closed"  # no answer at all: a hung server, not a protocol
+    except OSError:
+        return "plaintext"  # closed or reset on seeing TLS
+    finally:
+        sock.close()
+
+
+def speaks_tls(host: str, port: int, timeout: float = 2.0) -> bool:
+    """Whether ``host:port`` is a TLS listener (:func:`listener_kind`)."""
+    return listener_kind(host, port, timeout) == "tls"
 
 
 def host_port(address: str, default_port: int) -> tuple[str, int]:

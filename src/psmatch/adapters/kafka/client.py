@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from psmatch.adapters.kafka.security import KafkaSecurity
-from psmatch.adapters.tls_probe import host_port, speaks_tls
+from psmatch.adapters.tls_probe import host_port, listener_kind
 from psmatch.errors import PsmatchError
 
 
@@ -55,9 +55,11 @@ class ClientErrors:
     librdkafka retries a refused connection for ever (its log says why, once per
     attempt); the service instead stops with one message the first time: a refused
     login (SASL), a failed TLS handshake (the broker's certificate not verified), a TLS
-    alert from the broker (no or an untrusted client certificate), and, for a client
-    configured without TLS (``security``, set by :func:`client_config`) that finds no
-    broker, a bootstrap server that answers in TLS (checked once, :func:`speaks_tls`).
+    alert from the broker (no or an untrusted client certificate), and a protocol
+    mismatch: a client without TLS (``security``, set by :func:`client_config`) that
+    finds no broker, or a TLS client whose handshake fails, asks the first bootstrap
+    server once which protocol it speaks (:func:`listener_kind`), so that a broker down
+    is still waited out.
     """
 
     def __init__(self, bootstrap_servers: str, security: KafkaSecurity | None = None) -> None:
@@ -81,18 +83,28 @@ class ClientErrors:
         elif code == KafkaError._TRANSPORT and "alert" in reason.lower():
             self.auth = (f"refused the connection with a TLS alert: {reason} "
                          f"({_SETTINGS_HINT['certificate']})")  # fmt: skip
+        elif code == KafkaError._TRANSPORT and "SSL handshake failed" in reason:
+            self._probe(expect_tls=True)  # a plaintext listener, or a broker going down?
         elif code == KafkaError._ALL_BROKERS_DOWN:
-            self._probe_tls()
+            self._probe(expect_tls=False)
 
-    def _probe_tls(self) -> None:
-        if self._probed or self.security is None or self.security.tls:
+    def _probe(self, expect_tls: bool) -> None:
+        """Once: is the first bootstrap server a listener of the other kind than this
+        client's protocol (not merely down)?"""
+        if self._probed or self.security is None or self.security.tls != expect_tls:
             return
         self._probed = True
         first = self.bootstrap_servers.split(",")[0]
-        if speaks_tls(*host_port(first, 9092)):
+        kind = listener_kind(*host_port(first, 9092))
+        protocol = self.security.protocol
+        if kind == "tls" and not expect_tls:
             self.auth = (f"refused the connection: {first} is a TLS listener but "
-                         f"kafka_security_protocol is {self.security.protocol} (use SSL or "
-                         "SASL_SSL, with kafka_ca_file)")  # fmt: skip
+                         f"kafka_security_protocol is {protocol} (use SSL or SASL_SSL, with "
+                         "kafka_ca_file)")  # fmt: skip
+        elif kind == "plaintext" and expect_tls:
+            self.auth = (f"refused the connection: {first} is not a TLS listener but "
+                         f"kafka_security_protocol is {protocol} (is this listener TLS? use "
+                         "PLAINTEXT or SASL_PLAINTEXT for it)")  # fmt: skip
 
     def check(self) -> None:
         """:class:`KafkaAuthenticationError` if the broker refused the connection."""
