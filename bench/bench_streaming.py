@@ -41,6 +41,14 @@ the Spark job in this process and measures:
    job's settings: the snapshot the running workers keep fresh, then the change log
    after it), its wall and CPU time, peak memory and the changes it replayed.
 
+7. *delivery modes* (``--delivery at-least-once,exactly-once``, a mode may come again):
+   the backlog and latency phases in each mode in turn, on the same query restarted on
+   its checkpoint, with the workers' commit time per batch and Spark's steps
+   (:func:`render_delivery`);
+8. *first match* (``--first-match-rate N``): new subscriptions at N changes/s, each
+   followed by events it matches; publish of a subscription → its first notification
+   (:func:`first_match`).
+
 The full report of a run is printed and kept in the run's work directory
 (``results.json``). ``--docs docs`` also records the run's summary in
 ``docs/bench-streaming-runs.json``, which keeps the latest run of each configuration
@@ -168,7 +176,7 @@ def breakdown(reports: list[BatchReport]) -> dict[str, float]:
     out = {k: sum(getattr(r, k) for r in busy) / n
            for k in ("total_s", "read_s", "state_s", "match_write_s")}  # fmt: skip
     for k in ("sync_s", "snapshot_s", "parse_s", "match_s", "encode_s", "cpu_s",
-              "write_s"):  # TaskMetrics
+              "write_s", "commit_s"):  # TaskMetrics
         out[f"worker_{k}"] = sum(getattr(r.workers, k) for r in busy) / n
     out["batches"] = len(busy)
     out["events_per_batch"] = sum(r.events for r in busy) / n
@@ -218,6 +226,15 @@ def main() -> int:
                     help="last phase: this many live subscriptions replaced (each id given "
                          "another expression of the workload) as fast as they are published; "
                          "0: no such phase")  # fmt: skip
+    ap.add_argument("--delivery", default="at-least-once",
+                    help="delivery modes, comma-separated (at-least-once, exactly-once; "
+                         "one may come again): the backlog and latency phases run in each, "
+                         "in this order, the query restarted on its checkpoint between "
+                         "them")  # fmt: skip
+    ap.add_argument("--first-match-rate", type=float, default=0,
+                    help="a phase of new subscriptions at this many changes/s for --duration "
+                         "s, each followed by events it matches: publish of a subscription "
+                         "-> its first notification; 0: no such phase")  # fmt: skip
     ap.add_argument("--bootstrap-servers")
     ap.add_argument("--redis-url")
     ap.add_argument("--docs", type=Path,
@@ -226,6 +243,7 @@ def main() -> int:
                          "and draw bench-streaming-throughput.png and "
                          "bench-streaming-latency.png there")  # fmt: skip
     args = ap.parse_args()
+    modes = args.delivery.split(",")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -259,12 +277,13 @@ def main() -> int:
         shards=args.shards,
         max_offsets_per_trigger=args.max_offsets_per_trigger,
         spark_master="local[*]",
+        delivery=modes[0],
     )
     reports: list[BatchReport] = []
     params = json.loads((work / "workload" / "params.json").read_text())
     results: dict[str, Any] = {
         "subscriptions": len(subs), "matcher": args.matcher, "trigger_s": args.trigger,
-        "shards": args.shards,
+        "shards": args.shards, "delivery": modes,
         "matching_probability": params.get("matching_probability", "default"),
     }  # fmt: skip
     # the broker stamps each notification with the time it appended it, when a consumer
@@ -303,42 +322,12 @@ def main() -> int:
 
         # warm-up: every Python worker loads the 100K subscriptions once
         t0 = time.monotonic()
-        n_warm = 200
-        for i in range(n_warm):
-            producer.send(config.events_topic, events[i % len(events)], key=f"w{i}", raw=True)
-        producer.flush()
-        wait(lambda: sum(r.events for r in reports) >= n_warm, 900, query)
+        warm_up(config, producer, events, reports, query, "w")
         results["warmup_s"] = time.monotonic() - t0
         log.info("warm-up (workers load the index) took %.1f s", results["warmup_s"])
 
         # 1. throughput: drain a backlog
-        time.sleep(2 * args.trigger)
-        first = len(reports)
-        base = sum(r.events for r in reports)
-        cpu0 = cpu_by_process()
-        t0 = time.monotonic()
-        for i in range(args.backlog):
-            producer.send(config.events_topic, events[i % len(events)], key=f"t{i}", raw=True)
-        producer.flush(120)
-        publish_s = time.monotonic() - t0
-        wait(lambda: sum(r.events for r in reports) - base >= args.backlog, 1800, query,
-             lambda: f"backlog: {sum(r.events for r in reports) - base:,} of "
-             f"{args.backlog:,} events matched")  # fmt: skip
-        drain_s = time.monotonic() - t0
-        cpu = cpu_since(cpu0)
-        time.sleep(3)
-        tp = reports[first:]
-        produced = sum(r.notifications for r in tp)
-        results["throughput"] = {
-            "events": args.backlog,
-            "publish_events_per_s": args.backlog / publish_s,
-            "drain_s": drain_s,
-            "events_per_s": args.backlog / drain_s,
-            "notifications": produced,
-            "notifications_per_s": produced / drain_s,
-            "breakdown": breakdown(tp),
-            "cpu_s": cpu,
-        }
+        results["throughput"] = drain(config, producer, events, reports, query, args, "t")
         log.info("throughput: %s", results["throughput"])
 
         # 3. the ceiling: the same backlog through Spark with no matching
@@ -347,62 +336,25 @@ def main() -> int:
                                        / results["ceiling"]["events_per_s"])  # fmt: skip
         log.info("ceiling: %s", results["ceiling"])
 
-        # 2. latency at a fixed rate; the notifications are read once it is over, so that
-        # no consumer takes CPU from the service on the shared cores while it runs
-        # after a warm-up at the same rate, whose events are matched but not measured
-        base = sum(r.events for r in reports)
-        n_warm, n = int(args.rate * args.warm_up), int(args.rate * args.duration)
-        with TopicReader(config.bootstrap_servers, config.notifications_topic,
-                         from_beginning=False, partitions=[0]) as reader:  # fmt: skip
-            start = reader.end_offsets()[0]
-        conn, child_conn = SPAWN.Pipe()
-        load = SPAWN.Process(target=latency_load, name="psmatch-bench-load", daemon=True, args=(
-            config.bootstrap_servers, config.events_topic, events, args.rate,
-            args.warm_up + args.duration, child_conn))  # fmt: skip
-        load.start()
-        if args.warm_up:
-            log.info("latency: %.0f s of warm-up at %.0f events/s", args.warm_up, args.rate)
-            time.sleep(args.warm_up)
-        first = len(reports)
-        last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
-        measured_from_ms = time.time() * 1000
-        # the load, which ends before the phase's CPU is read, is in no row
-        cpu0, started = cpu_by_process(exclude={load.pid or 0}), time.perf_counter()
-        sent_s = conn.recv()
-        wait(lambda: sum(r.events for r in reports) - base >= n_warm + n, 900, query,
-             lambda: f"latency: {sum(r.events for r in reports) - base:,} of "
-             f"{n_warm + n:,} events matched")  # fmt: skip
-        load_cpu_s = conn.recv()
-        load.join()
-        latency_cpu_s, latency_phase_s = cpu_since(cpu0), time.perf_counter() - started
-        sampled = sampled_latencies(config.bootstrap_servers, config.notifications_topic, start)
-        lat = [ms for event_ts, ms in sampled if event_ts >= measured_from_ms]
-        warm = [ms for event_ts, ms in sampled if event_ts < measured_from_ms]
-        # the distribution, for the plot: 200 quantiles
-        results["latency_quantiles_ms"] = [pct(lat, q / 200) for q in range(201)]
-        produced = sum(r.notifications for r in reports[first:])
-        results["latency"] = {
-            "rate_target": args.rate,
-            "rate_sent": (n_warm + n) / sent_s,
-            "events": n,
-            "warm_up_s": args.warm_up,
-            "warm_up_p50_ms": pct(warm, 0.50),
-            "warm_up_p99_ms": pct(warm, 0.99),
-            "notifications": produced,
-            "notifications_per_s": produced / latency_phase_s,
-            "latency_samples": len(lat),
-            "load_cpu_s": load_cpu_s,
-            "cpu_s": latency_cpu_s,
-            "phase_s": latency_phase_s,
-            "p50_ms": pct(lat, 0.50),
-            "p99_ms": pct(lat, 0.99),
-            "max_ms": max(lat) if lat else float("nan"),
-            "mean_ms": statistics.fmean(lat) if lat else float("nan"),
-            "breakdown": breakdown(reports[first:]),
-            "spark_ms": spark_steps([p for p in query.recentProgress
-                                     if p["batchId"] > last_batch]),
-        }
+        # 2. latency at a fixed rate, after a warm-up at that rate
+        results["latency"], results["latency_quantiles_ms"] = latency(
+            config, events, reports, query, args)  # fmt: skip
         log.info("latency: %s", results["latency"])
+        results["modes"] = [[modes[0], mode_summary(results["throughput"], results["latency"])]]
+        # the same two phases in each other delivery mode, on the same checkpoint
+        for mode in modes[1:]:
+            stop_query(query)
+            config = config.replace(delivery=mode)
+            query = start_query(config, spark, on_report=reports.append)
+            warm_up(config, producer, events, reports, query, f"w{mode}")
+            throughput = drain(config, producer, events, reports, query, args, f"t{mode}")
+            lat, _ = latency(config, events, reports, query, args)
+            results["modes"].append([mode, mode_summary(throughput, lat)])
+            log.info("%s: %s", mode, results["modes"][-1][1])
+        if args.first_match_rate:
+            results["first_match"] = first_match(config, producer, reports, query,
+                                                 args.first_match_rate, args.duration)
+            log.info("first match: %s", results["first_match"])
         results["worker_peak_rss_bytes"] = max(r.workers.peak_rss_bytes for r in reports)
         results["index_bytes"] = max(r.workers.index_bytes for r in reports)
 
@@ -437,8 +389,171 @@ def main() -> int:
     if args.docs:
         runs = record_run(args.docs, results, " ".join(sys.argv[1:]))
         replace_section(args.docs / "bench-streaming.md", "bench_streaming", render_runs(runs))
+        if len(modes) > 1 or "first_match" in results:
+            replace_section(args.docs / "bench-streaming.md", "bench_streaming_delivery",
+                            f"Written by `bench/bench_streaming.py {' '.join(sys.argv[1:])}` "
+                            f"on {os.cpu_count()} cores of {cpu_model()}.\n\n"
+                            + render_delivery(results))  # fmt: skip
         plot(runs, args.docs)
     return 0
+
+
+WARM_UP_EVENTS = 200
+
+
+def warm_up(config: ServiceConfig, producer: JsonProducer, events: list[str],
+            reports: list[BatchReport], query: Any, key: str) -> None:  # fmt: skip
+    """A few events, until matched: every Python worker loads the index once."""
+    base = sum(r.events for r in reports)
+    for i in range(WARM_UP_EVENTS):
+        producer.send(config.events_topic, events[i % len(events)], key=f"{key}{i}", raw=True)
+    producer.flush()
+    wait(lambda: sum(r.events for r in reports) - base >= WARM_UP_EVENTS, 900, query)
+
+
+def drain(config: ServiceConfig, producer: JsonProducer, events: list[str],
+          reports: list[BatchReport], query: Any, args: argparse.Namespace,
+          key: str) -> dict[str, Any]:  # fmt: skip
+    """The throughput phase: ``--backlog`` events published at once and drained."""
+    time.sleep(2 * args.trigger)
+    first = len(reports)
+    base = sum(r.events for r in reports)
+    cpu0 = cpu_by_process()
+    t0 = time.monotonic()
+    for i in range(args.backlog):
+        producer.send(config.events_topic, events[i % len(events)], key=f"{key}{i}", raw=True)
+    producer.flush(120)
+    publish_s = time.monotonic() - t0
+    wait(lambda: sum(r.events for r in reports) - base >= args.backlog, 1800, query,
+         lambda: f"backlog: {sum(r.events for r in reports) - base:,} of "
+         f"{args.backlog:,} events matched")  # fmt: skip
+    drain_s = time.monotonic() - t0
+    cpu = cpu_since(cpu0)
+    time.sleep(3)
+    tp = reports[first:]
+    produced = sum(r.notifications for r in tp)
+    return {"events": args.backlog, "publish_events_per_s": args.backlog / publish_s,
+            "drain_s": drain_s, "events_per_s": args.backlog / drain_s,
+            "notifications": produced, "notifications_per_s": produced / drain_s,
+            "breakdown": breakdown(tp), "cpu_s": cpu}  # fmt: skip
+
+
+def latency(config: ServiceConfig, events: list[str], reports: list[BatchReport], query: Any,
+            args: argparse.Namespace) -> tuple[dict[str, Any], list[float]]:  # fmt: skip
+    """The latency phase: events at ``--rate`` for ``--warm-up`` s (matched, not measured),
+    then ``--duration`` s measured; the notifications are read once it is over, so that
+    no consumer takes CPU from the service on the shared cores while it runs. Returns
+    its figures and the latency distribution (200 quantiles, for the plot)."""
+    base = sum(r.events for r in reports)
+    n_warm, n = int(args.rate * args.warm_up), int(args.rate * args.duration)
+    with TopicReader(config.bootstrap_servers, config.notifications_topic,
+                     from_beginning=False, partitions=[0]) as reader:  # fmt: skip
+        start = reader.end_offsets()[0]
+    conn, child_conn = SPAWN.Pipe()
+    load = SPAWN.Process(target=latency_load, name="psmatch-bench-load", daemon=True, args=(
+        config.bootstrap_servers, config.events_topic, events, args.rate,
+        args.warm_up + args.duration, child_conn))  # fmt: skip
+    load.start()
+    if args.warm_up:
+        log.info("latency: %.0f s of warm-up at %.0f events/s", args.warm_up, args.rate)
+        time.sleep(args.warm_up)
+    first = len(reports)
+    last_batch = (query.lastProgress or {"batchId": -1})["batchId"]
+    measured_from_ms = time.time() * 1000
+    # the load, which ends before the phase's CPU is read, is in no row
+    cpu0, started = cpu_by_process(exclude={load.pid or 0}), time.perf_counter()
+    sent_s = conn.recv()
+    wait(lambda: sum(r.events for r in reports) - base >= n_warm + n, 900, query,
+         lambda: f"latency: {sum(r.events for r in reports) - base:,} of "
+         f"{n_warm + n:,} events matched")  # fmt: skip
+    load_cpu_s = conn.recv()
+    load.join()
+    latency_cpu_s, latency_phase_s = cpu_since(cpu0), time.perf_counter() - started
+    sampled = sampled_latencies(config.bootstrap_servers, config.notifications_topic, start)
+    lat = [ms for event_ts, ms in sampled if event_ts >= measured_from_ms]
+    warm = [ms for event_ts, ms in sampled if event_ts < measured_from_ms]
+    produced = sum(r.notifications for r in reports[first:])
+    figures = {
+        "rate_target": args.rate, "rate_sent": (n_warm + n) / sent_s, "events": n,
+        "warm_up_s": args.warm_up, "warm_up_p50_ms": pct(warm, 0.50),
+        "warm_up_p99_ms": pct(warm, 0.99), "notifications": produced,
+        "notifications_per_s": produced / latency_phase_s, "latency_samples": len(lat),
+        "load_cpu_s": load_cpu_s, "cpu_s": latency_cpu_s, "phase_s": latency_phase_s,
+        "p50_ms": pct(lat, 0.50), "p99_ms": pct(lat, 0.99),
+        "max_ms": max(lat) if lat else float("nan"),
+        "mean_ms": statistics.fmean(lat) if lat else float("nan"),
+        "breakdown": breakdown(reports[first:]),
+        "spark_ms": spark_steps([p for p in query.recentProgress if p["batchId"] > last_batch]),
+    }  # fmt: skip
+    return figures, [pct(lat, q / 200) for q in range(201)]
+
+
+def mode_summary(throughput: dict[str, Any], lat: dict[str, Any]) -> dict[str, Any]:
+    """What the delivery modes' table shows of one mode's backlog and latency phases."""
+    tb, lb = throughput["breakdown"], lat["breakdown"]
+    return {"events_per_s": throughput["events_per_s"],
+            "notifications_per_s": throughput["notifications_per_s"],
+            "backlog_commit_s": tb["worker_commit_s"], "backlog_write_s": tb["worker_write_s"],
+            "backlog_batches": tb["batches"], "p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"],
+            "rate": lat["rate_target"], "latency_batch_s": lb["total_s"],
+            "latency_commit_s": lb["worker_commit_s"],
+            "latency_match_write_s": lb["match_write_s"],
+            "spark_ms": lat["spark_ms"]}  # fmt: skip
+
+
+FIRST_MATCH_PROBES_S = (0.0, 0.5, 1.5)
+"""When, after a new subscription of the first-match phase, the events it matches are
+published: a first one at once, then again, so that a subscription whose first event
+reached a batch before the subscription itself did is measured by the next."""
+
+
+def first_match(config: ServiceConfig, producer: JsonProducer, reports: list[BatchReport],
+                query: Any, rate: float, duration: float) -> dict[str, Any]:  # fmt: skip
+    """New subscriptions at ``rate`` changes/s for ``duration`` s, the i-th
+    ``fm_probe = i`` (an attribute no workload event has), each followed by the events
+    ``{"fm_probe": i}`` at :data:`FIRST_MATCH_PROBES_S`; per subscription, the broker's
+    append time of its first notification less the time its record was published."""
+    with TopicReader(config.bootstrap_servers, config.notifications_topic,
+                     from_beginning=False) as reader:  # fmt: skip
+        ends = reader.end_offsets()
+    n = int(rate * duration)
+    published: dict[str, float] = {}
+    probes: list[tuple[float, int]] = []
+    t0 = time.monotonic()
+    sent, publishing_s = 0, 0.0
+    while sent < n or probes:
+        now = time.monotonic() - t0
+        due = min(n, int(now * rate) + 1)
+        for i in range(sent, due):
+            published[f"fm{i}"] = time.time() * 1000
+            publishing_s = now
+            producer.send(config.subscriptions_topic,
+                          {"expr": f"fm_probe = {i}", "subscriber": "bench"}, key=f"fm{i}")
+            probes += [(now + dt, i) for dt in FIRST_MATCH_PROBES_S]
+        sent = due
+        ready = [i for at, i in probes if at <= now]
+        probes = [(at, i) for at, i in probes if at > now]
+        for i in ready:
+            producer.send(config.events_topic, {"fm_probe": i}, key=f"fm-e{i}")
+        time.sleep(LOAD_TICK_S)
+    producer.flush(120)
+    wanted = n * len(FIRST_MATCH_PROBES_S)
+    got: dict[str, float] = {}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        with TopicReader(config.bootstrap_servers, config.notifications_topic,
+                         offsets=ends) as reader:  # fmt: skip
+            records = [r for r in reader.read_to_end() if (r.key or b"").startswith(b"fm")]
+        if len(records) >= wanted:
+            break
+        time.sleep(2)
+    for r in records:
+        sub = (r.key or b"").decode()
+        got[sub] = min(got.get(sub, float("inf")), r.timestamp_ms - published[sub])
+    lat = list(got.values())
+    return {"changes": n, "rate": rate, "changes_per_s_sent": n / max(publishing_s, 1e-9),
+            "matched": len(got), "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99),
+            "max_ms": max(lat, default=float("nan"))}  # fmt: skip
 
 
 PROGRESS_EVERY_S = 10.0
@@ -783,6 +898,45 @@ def plot(runs: list[dict[str, Any]], directory: Path) -> None:
     plt.close(fig)
 
 
+def render_delivery(r: dict[str, Any]) -> str:
+    """The delivery modes side by side (each mode's backlog and latency phases, in the
+    order run, on one query's checkpoint: a mode given twice, first and last, shows how
+    much of a difference is the order's) and the first-match phase, if run."""
+    modes = r.get("modes", [])
+    plain = [m["events_per_s"] for mode, m in modes if mode == "at-least-once"]
+    base = statistics.fmean(plain) if plain else float("nan")
+    rows = []
+    for mode, m in modes:
+        spark = m["spark_ms"]
+        rows.append(
+            f"| {mode} | {m['events_per_s']:,.0f} ({100 * m['events_per_s'] / base:.0f} %) | "
+            f"{m['backlog_commit_s']:.3f} of {m['backlog_write_s']:.3f} s | "
+            f"{m['p50_ms']:,.0f} / **{m['p99_ms']:,.0f} ms** at {m['rate']:,.0f} events/s | "
+            f"{1000 * m['latency_batch_s']:,.0f} ms ({1000 * m['latency_match_write_s']:,.0f} "
+            f"match+write, {1000 * m['latency_commit_s']:,.0f} commit) | "
+            f"{spark['latestOffset']:,.0f} / {spark['queryPlanning']:,.0f} / "
+            f"{spark['walCommit']:,.0f} / {spark['addBatch']:,.0f} / "
+            f"{spark['commitOffsets']:,.0f} / {spark['start_to_start']:,.0f} ms |")
+    fm = r.get("first_match")
+    first_row = "" if fm is None else (
+        f"\nNew subscriptions at {fm['rate']:,.0f} changes/s ({fm['changes']:,}, sent at "
+        f"{fm['changes_per_s_sent']:,.0f}/s), each followed by events it matches: publish "
+        f"of a subscription → its first notification p50 / p99 / max "
+        f"{fm['p50_ms']:,.0f} / **{fm['p99_ms']:,.0f}** / {fm['max_ms']:,.0f} ms "
+        f"({fm['matched']:,} matched; delivery {modes[-1][0]}).\n")
+    return f"""\
+Delivery modes, in the order run on the same query (trigger {r["trigger_s"]} s):
+
+| delivery | backlog events/s (% of at-least-once's, the mean of its rows) | \
+backlog: commit of the workers' write, per batch | p50 / p99 publish → notification | \
+latency phase: a batch (driver) | \
+Spark per batch: latestOffset / queryPlanning / walCommit / addBatch / commitOffsets / \
+start to start |
+| --- | --- | --- | --- | --- | --- |
+{chr(10).join(rows)}
+{first_row}"""
+
+
 def render(r: dict[str, Any]) -> str:
     tp, lat = r["throughput"], r["latency"]
     return f"""\
@@ -822,7 +976,8 @@ latency phase:
 | --- | --- |
 {_bd_rows(lat["breakdown"])}
 
-{CPU_TABLE.format(rows=_cpu_rows(r), phase_s=r["latency"]["phase_s"])}"""
+{CPU_TABLE.format(rows=_cpu_rows(r), phase_s=r["latency"]["phase_s"])}
+{render_delivery(r)}"""
 
 
 if __name__ == "__main__":
