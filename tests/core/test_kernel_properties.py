@@ -13,6 +13,7 @@ the integer limits (so that shifts and sums that could overflow are tried)."""
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Callable
 from itertools import pairwise
 from typing import Any
@@ -758,10 +759,88 @@ def test_signature_filter(data: st.DataObject) -> None:
         assert result[1] == result[0]
 
 
+# ---------------------------------------------------------------- bulk scan
+
+_SCAN_NAME = rb"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*"
+_SCAN_INT = rb"[+-]?[0-9]{1,18}(?=[ \n])"
+_SCAN_COMPARISON = re.compile(
+    rb"(" + _SCAN_NAME + rb")(?: *(<>|!=|==|<=|>=|=|<|>) *(" + _SCAN_INT + rb")"
+    rb"| +(?:((?i:not)) +)?(?i:between) +(" + _SCAN_INT + rb") +(?i:and) +(" + _SCAN_INT
+    + rb"))")
+_SCAN_OPS = {b"=": 0, b"==": 0, b"!=": 1, b"<>": 1, b"<": 2, b"<=": 3, b">": 4, b">=": 5}
+_SCAN_TOKENS = [b"a", b"b.c", b"_9", b"x.", b" ", b"  ", b"\n", b"\t", b"=", b"==", b"!=",
+                b"<>", b"<", b"<=", b">", b">=", b"!", b"1", b"-7", b"+0", b"9" * 18,
+                b"9" * 19, b"and", b"AND", b"not", b"NoT", b"between", b"BETWEEN", b"\xc3\xa9",
+                b".5", b"e", b"a = 1", b" and ", b"b between -1 and 2", b"c not between 3 and 1",
+                b"x.y<>5"]
+
+
+def scan_reference(data: bytes, capacity: int) -> tuple[list[bool], list[tuple[int, ...]]]:
+    """What scan_comparisons writes, read line by line with a regex; :class:`Refused`
+    when the columns cannot hold the comparisons (a rejected text's ones included, which
+    are written before it is rejected)."""
+    rejected: list[bool] = []
+    rows: list[tuple[int, ...]] = []
+    for t, line in enumerate(data.split(b"\n")[:-1]):
+        text, found, ok = line + b"\n", [], False
+        at = len(line) - len(line.lstrip(b" "))
+        while m := _SCAN_COMPARISON.match(text, at):
+            name, op, value, negated, low, high = m.groups()
+            fnv = 14695981039346656037
+            for byte in name:
+                fnv = ((fnv ^ byte) * 1099511628211) & MASK64
+            if len(rows) + len(found) == capacity:
+                raise Refused
+            found.append((t, sum(len(x) + 1 for x in data.split(b"\n")[:t]) + m.start(1),
+                          len(name), fnv - (fnv >> 63 << 64),
+                          _SCAN_OPS[op] if op else 7 if negated else 6,
+                          int(value or low), int(high or 0)))
+            if re.match(rb" *\n", text[m.end():]):
+                ok = True
+                break
+            sep = re.match(rb" +(?i:and) +", text[m.end():])
+            if not sep:
+                break
+            at = m.end() + sep.end()
+        rejected.append(not ok)
+        rows.extend(found if ok else [])
+    return rejected, rows
+
+
+@given(st.lists(st.sampled_from(_SCAN_TOKENS), max_size=24).map(b"".join), st.integers(-1, 1),
+       st.integers(0, 4))
+@settings(max_examples=400, deadline=None)
+def test_scan_comparisons(body: bytes, extra_texts: int, short: int) -> None:
+    data = body + b"\n" if body and not body.endswith(b"\n") else body
+    texts = data.count(b"\n") + (extra_texts if extra_texts >= 0 or data else 0)
+    capacity = max(len(data) // 4 + 1 - short, 0)
+    flags = np.zeros(max(texts, 0), np.uint8)
+    columns = [np.zeros(capacity, np.int64) for _ in range(6)]
+    code = np.zeros(capacity, np.int8)
+
+    def kernel() -> tuple[list[bool], list[tuple[int, ...]]]:
+        text_of, start, length, fnv, value, high = columns
+        count = _kernels.scan_comparisons(np.frombuffer(data, np.uint8), flags, text_of, start,
+                                          length, fnv, code, value, high)
+        return (flags.astype(bool).tolist(),
+                list(zip(*(c[:count].tolist() for c in (text_of, start, length, fnv, code,
+                                                         value, high)), strict=True)))
+
+    def reference() -> tuple[list[bool], list[tuple[int, ...]]]:
+        if texts != data.count(b"\n"):
+            raise Refused
+        return scan_reference(data, capacity)
+
+    result = check(kernel, reference)
+    if result:
+        assert result[1] == result[0]
+
+
 def test_every_kernel_has_a_property_test() -> None:
     tested = {"set_bits", "expand_ranges", "copy_ranges", "move_right_and_insert",
               "hash_ranges", "find_slots", "insert_slots", "remove_slots",
               "compact_in_place", "shift_offsets", "bucket_starts", "lower_bounds",
               "filter_add", "filter_may_hold", "space_pair_keys", "hashed_pair_entries",
-              "fallback_candidates", "verify_candidates", "bloom_add", "signature_filter"}
+              "fallback_candidates", "verify_candidates", "bloom_add", "signature_filter",
+              "scan_comparisons"}
     assert {name for name in dir(_kernels) if not name.startswith("_")} == tested

@@ -12,6 +12,8 @@
  *                            (src/psmatch/core/columns.py), the byte range copies
  *                            (src/psmatch/core/slot_bytes.py)
  *   kernels/slot_ids.c       the id table (src/psmatch/core/slot_ids.py)
+ *   kernels/scan.c           the bulk scanner of integer conjunctions
+ *                            (src/psmatch/core/bulk_scan.py)
  *
  * Each loop's meaning, cost and callers are documented on its Python wrapper in those
  * modules, which also allocates its outputs where their length is known; the C files hold
@@ -57,6 +59,7 @@ static PyMethodDef kernel_methods[] = {
     KERNEL(find_slots, "See psmatch.core.slot_ids."),
     KERNEL(insert_slots, "See psmatch.core.slot_ids."),
     KERNEL(remove_slots, "See psmatch.core.slot_ids."),
+    KERNEL(scan_comparisons, "See psmatch.core.bulk_scan.scan_columns."),
     {NULL, NULL, 0, NULL},
 };
 

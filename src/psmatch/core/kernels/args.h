@@ -118,5 +118,6 @@ PSK_KERNEL(hash_ranges);
 PSK_KERNEL(find_slots);
 PSK_KERNEL(insert_slots);
 PSK_KERNEL(remove_slots);
+PSK_KERNEL(scan_comparisons);
 
 #endif

@@ -1,4 +1,4 @@
-"""Bulk scanning of conjunctions of integer comparisons into columns: each text it takes
+"""The bulk scanner (psmatch.core.bulk_scan with psmatch.language.bulk): each text it takes
 must give exactly what parse_subscription gives, and it must take the common forms."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from psmatch.core.bulk_scan import scan_columns
 from psmatch.errors import ExpressionError
 from psmatch.language import MAX_PREDICATES, parse_subscription
-from psmatch.language.bulk import scan_columns
 from tests.strategies import NOISE, conjunction_texts
 
 NAMES = ["a", "b", "c", "a.b", "_x9", "AND", "between", "Not", "in"]
@@ -77,9 +77,12 @@ def test_texts_of_every_kind_and_operator_are_taken_only_as_parse_subscription_r
 def test_the_common_forms_are_taken_and_the_rest_left_to_the_parser():
     taken = ["a = 1", "a == 1 and b != 2", "b <> 3 and a < 4", "x <= -5 and y > +7 and z >= 007",
              "a between 1 and 5", "a not between 5 and 1", "a NOT BETWEEN 1 AND 5 AND b = 2",
-             "  a.b = 3  ", "c = 1 and b = 2 and a = 3", "a = 123456789012345678", "a\t= 1"]
+             "  a.b = 3  ", "c = 1 and b = 2 and a = 3", "a = 123456789012345678",
+             "a.b.c_1 BETWEEN -3 AND 3", "a= 1", "a =1"]
     left = ["a between 5 and 1", "a = 1 and a = 2", "and = 1", "a = 1.5", "a = 'x'", "a = 1 and",
-            "", "a = 1234567890123456789", "a in (1, 2)", "a = 1 or b = 2",
+            "", "a = 1234567890123456789", "a in (1, 2)", "a = 1 or b = 2", "a\t= 1",
+            "a = 1\tand b = 2",
+            "\u00e9 = 1", "a = 1 and \u00e9 = 2", "a between 1and 2", "a not  between 1 and 2x",
             " and ".join(f"a{i} = 1" for i in range(MAX_PREDICATES + 1))]
     accepted, rejected = check_batch(taken + left)
     assert accepted == list(range(len(taken)))
