@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from psmatch.core.bulk_scan import scan_columns
 from psmatch.core.heap import gc_paused, release_free_heap
 from psmatch.core.slot_ids import SlotIds
 from psmatch.events import FlatEvent, flatten_event
 from psmatch.language import Conjunct, Subscription, parse_subscription
-from psmatch.language.bulk import scan_columns
 from psmatch.language.columns import SubscriptionColumns
 
 
@@ -136,7 +136,7 @@ class Matcher(ABC):
         Unlike ``add``, the subscriptions are filed before it returns. For a matcher
         that files normal-form columns, the texts that are conjunctions of integer
         comparisons are scanned together into columns
-        (:func:`psmatch.language.bulk.scan_columns`), with no object per predicate; the
+        (:func:`psmatch.core.bulk_scan.scan_columns`), with no object per predicate; the
         others are parsed one by one.
 
         Python's cyclic garbage collector is paused meanwhile
