@@ -71,9 +71,11 @@ class MatcherStats:
         numpy column plus a documented per-object estimate for what is kept as Python
         objects; the subscription id map every matcher shares is not included.
     ``placement``
-        For a matcher that files conjuncts in several families (``auto``): the live
-        conjuncts by ``family/reason`` (:mod:`psmatch.auto.routing`); empty for the
-        others. Not in :meth:`as_dict`, which holds the counts every matcher has.
+        For a matcher that files conjuncts in several families (``auto``): by
+        ``family``, the subscriptions with a conjunct there, and by ``family/reason``,
+        the live conjuncts its rule filed there for that reason
+        (:mod:`psmatch.auto.routing`); empty for the others. Not in :meth:`as_dict`,
+        which holds the counts every matcher has.
     """
 
     subscriptions: int
