@@ -294,6 +294,48 @@ def test_tail_without_read_says_what_is_not_authorised(
                    "needs READ on it"]  # fmt: skip
 
 
+
+@pytest.mark.integration
+@pytest.mark.timeout(120)
+def test_a_subscriber_explains_from_the_topic_it_may_read(
+    secured: SecuredServices, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``explain --from-topic`` reads with the caller's Kafka credentials: no Redis
+    password, and the broker's ACLs decide what it sees."""
+    from psmatch.adapters.kafka.admin import create_acls
+    from psmatch.service.acls import reader_acls
+
+    topics = topic_flags("expl", tmp_path)
+    service = [*kafka_flags(secured, tmp_path), *redis_flags(secured, tmp_path), *topics]
+    config = config_of(service)
+    ensure_topics(config.bootstrap_servers, service_topics(
+        config.subscriptions_topic, config.events_topic, config.notifications_topic,
+        config.rejected_topic), security=config.kafka_security)  # fmt: skip
+    assert main(["subscribe", "cheap", "price < 20", *service]) == 0
+    assert main(["subscribe", "gone", "price < 1", *service]) == 0
+    assert main(["unsubscribe", "gone", *service]) == 0
+    user = "subscriber"
+    secured.kafka.add_scram_users({user: secured.kafka_password[::-1]})
+    (tmp_path / "user.pw").write_text(secured.kafka_password[::-1])
+    as_user = ["--bootstrap-servers", secured.kafka.bootstrap_servers,
+               "--kafka-security-protocol", "SASL_SSL", "--kafka-username", user,
+               "--kafka-password-file", str(tmp_path / "user.pw"),
+               "--kafka-ca-file", str(secured.ca.ca_file), *topics]  # fmt: skip
+    explain = ["explain", "--from-topic", "cheap", '{"price": 12}', *as_user]
+    capsys.readouterr()
+    assert main(explain) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "psmatch explain: not authorised to read topic expl.subs: the principal needs READ "
+        "on it"]  # fmt: skip
+    create_acls(config.bootstrap_servers, reader_acls("expl.subs", f"User:{user}"),
+                security=config.kafka_security)  # fmt: skip
+    assert main(explain) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("subscription cheap: price < 20") and "match" in out
+    assert main(["explain", "--from-topic", "gone", '{"price": 0}', *as_user]) == 2
+    assert "no subscription 'gone' in the topic expl.subs" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(400)
 def test_the_printed_acls_are_all_the_job_and_a_reader_need(

@@ -168,6 +168,14 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("id", help="subscription id")
     p.add_argument("event", metavar="EVENT", help="the event, a JSON object")
+    p.add_argument(
+        "--from-topic", action="store_true",
+        help="read the subscription from the subscriptions topic with your own Kafka "
+        "credentials (READ on that topic) instead of from Redis: for a subscriber, who "
+        "sees no other topic's subscriptions; reads the whole topic",
+    )  # fmt: skip
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="with --from-topic: seconds to read the topic")  # fmt: skip
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser(

@@ -2,7 +2,9 @@
 
 Owns replaying the compacted subscriptions topic into a new state (each record decoded
 inside the per-record barrier: an invalid one is counted and skipped, never fatal) and
-explaining a stored subscription against an event given on the command line.
+explaining a subscription against an event given on the command line: the one stored
+in Redis (an operator's tool), or, ``--from-topic``, the latest in the subscriptions
+topic, read with the caller's own Kafka credentials (what a subscriber may read).
 """
 
 from __future__ import annotations
@@ -69,6 +71,31 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     return 0
 
 
+def _from_topic(cfg: ServiceConfig, sub_id: str, timeout: float) -> str | None:
+    """The latest valid record of ``sub_id`` in the subscriptions topic, read to its end
+    with the caller's own Kafka credentials (O(records in the topic)); ``None`` if it has
+    none or its latest is a delete."""
+    from psmatch.adapters.kafka.reader import TopicReader
+    from psmatch.service.records.common import RecordLimits
+    from psmatch.service.records.subscriptions import parse_subscription_record
+
+    limits = RecordLimits.from_config(cfg)
+    latest: str | None = None
+    with TopicReader(
+        cfg.bootstrap_servers, cfg.subscriptions_topic, security=cfg.kafka_security
+    ) as reader:
+        records = reader.read_to_end(timeout=timeout)
+    wanted = sub_id.encode("utf-8", "surrogateescape")
+    for rec in sorted(records, key=lambda r: r.offset):  # one id is in one partition
+        if rec.key != wanted:
+            continue
+        try:  # the per-record barrier: an invalid record changes nothing, as in the job
+            latest = parse_subscription_record(rec.key, rec.value, limits).stored
+        except Exception:
+            continue
+    return latest
+
+
 def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     from psmatch import EventError, ExpressionError, explain
     from psmatch.adapters.state import StateStore
@@ -79,15 +106,19 @@ def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     except RecordError as exc:
         print(f"psmatch explain: {exc} [{exc.code}]", file=sys.stderr)
         return 2
-    store = StateStore.from_url(
-        cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention,
-        cfg.redis_retry_seconds,
-    )
-    record = store.get(args.id)
+    if args.from_topic:
+        record = _from_topic(cfg, args.id, args.timeout)
+        where = f"the topic {cfg.subscriptions_topic}"
+    else:
+        store = StateStore.from_url(
+            cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention,
+            cfg.redis_retry_seconds,
+        )
+        record = store.get(args.id)
+        where = (f"{cfg.redis_display_url} (prefix {cfg.redis_prefix}); the job stores a "
+                 "subscription once it has read it")  # fmt: skip
     if record is None:
-        print(f"psmatch explain: no subscription {args.id!r} in {cfg.redis_display_url} "
-              f"(prefix {cfg.redis_prefix}); the job stores a subscription once it has read it",
-              file=sys.stderr)  # fmt: skip
+        print(f"psmatch explain: no subscription {args.id!r} in {where}", file=sys.stderr)
         return 2
     try:
         expr = loads_bounded(record.encode("utf-8"), "the stored subscription",
