@@ -6,7 +6,9 @@ file order on the same job:
 1. ``kill -9`` of the job in the middle of the stream, started again from its checkpoint;
 2. ``kill -9`` of the Python workers while a task's transaction holds written but not
    committed notifications (a burst of events makes the write last), the query restarted
-   by ``psmatch run`` itself.
+   by ``psmatch run`` itself;
+3. the broker stopped for 15 s while a transaction is open (its commit about to be sent
+   or in flight), started again on the same port and data directory.
 
 A ``read_committed`` reader of the whole notifications topic then counts each
 (subscription, event) pair of ``scan``'s once: none missing, none twice.
@@ -73,6 +75,30 @@ def python_workers(job: JobProcess) -> list[psutil.Process]:
     return found
 
 
+def wait_for_open_transaction(run: FaultRun, timeout: float = 120.0) -> bool:
+    """Wait until a partition of the notifications topic holds records of an open
+    transaction (its read_uncommitted end past its read_committed end); ``False`` if
+    none was seen within ``timeout`` seconds."""
+    assert run.config is not None
+    cfg = run.config
+    ends = {level: Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": level,
+                             "isolation.level": level})
+            for level in ("read_uncommitted", "read_committed")}  # fmt: skip
+    partitions = [TopicPartition(cfg.notifications_topic, p) for p in range(cfg.topic_partitions)]
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            highs = {level: [c.get_watermark_offsets(tp, timeout=5, cached=False)[1]
+                             for tp in partitions] for level, c in ends.items()}  # fmt: skip
+            if highs["read_uncommitted"] != highs["read_committed"]:
+                return True
+            time.sleep(0.02)
+        return False
+    finally:
+        for consumer in ends.values():
+            consumer.close()
+
+
 def test_job_kill_9_mid_stream_duplicates_nothing(run: FaultRun) -> None:
     result = run.job_kill()
     assert result.job_alive, run.job.tail() if run.job else ""
@@ -93,33 +119,17 @@ def test_worker_kill_9_during_a_write_duplicates_nothing(run: FaultRun) -> None:
     rng = random.Random(491)
     burst = {f"burst-{i:06d}": random_event(rng) for i in range(10_000)}
     restarts = run.query_restarts()
-    ends = {level: Consumer({"bootstrap.servers": cfg.bootstrap_servers, "group.id": level,
-                             "isolation.level": level})
-            for level in ("read_uncommitted", "read_committed")}  # fmt: skip
-    partitions = [TopicPartition(cfg.notifications_topic, p) for p in range(cfg.topic_partitions)]
-
-    def open_transaction() -> bool:
-        highs = {level: [c.get_watermark_offsets(tp, timeout=5, cached=False)[1]
-                         for tp in partitions] for level, c in ends.items()}  # fmt: skip
-        return highs["read_uncommitted"] != highs["read_committed"]
-
     producer = Producer({"bootstrap.servers": cfg.bootstrap_servers, "linger.ms": 20})
     for ev_id, event in burst.items():
         producer.produce(cfg.events_topic, json.dumps(event).encode(), ev_id.encode())
         producer.poll(0)
     assert producer.flush(60) == 0
+    assert wait_for_open_transaction(run), "no transaction seen open: the burst was too quick"
     killed = 0
-    deadline = time.monotonic() + 120
-    while not killed and time.monotonic() < deadline:
-        if open_transaction():
-            for worker in python_workers(run.job):
-                worker.kill()
-                killed += 1
-        else:
-            time.sleep(0.02)
-    for consumer in ends.values():
-        consumer.close()
-    assert killed, "no transaction was seen open: the burst was written too fast to catch"
+    for worker in python_workers(run.job):
+        worker.kill()
+        killed += 1
+    assert killed
     run.wait_for(lambda: run.query_restarts() > restarts, 120, "the query's restart")
     expected = {(s, ev_id) for ev_id, e in burst.items() for s in scan.match(e)}
     run.wait_for(lambda: expected <= read_committed_pairs(run).keys(), 300,
@@ -128,6 +138,23 @@ def test_worker_kill_9_during_a_write_duplicates_nothing(run: FaultRun) -> None:
     burst_got = Counter({pair: n for pair, n in got.items() if pair[1] in burst})
     assert set(burst_got) == expected
     assert max(burst_got.values()) == 1, f"{sum(burst_got.values()) - len(expected)} duplicates"
+
+
+def test_broker_stopped_during_a_commit_duplicates_nothing(run: FaultRun) -> None:
+    """The broker stopped (for 15 s) while a task's transaction is open, its commit
+    about to be sent or in flight; started again on the same port and data: the
+    transaction fails or completes, never both, and the stream goes on."""
+    assert run.events is not None
+    assert wait_for_open_transaction(run), "no transaction seen open"
+    run.kafka.stop()
+    time.sleep(15)
+    run.kafka.start()
+    sent = list(run.events.sent)
+    expected = {(s, e.event_id) for e in sent for s in e.matches}
+    run.wait_for(lambda: expected <= read_committed_pairs(run).keys(), 300,
+                 "the notifications of the events published until the broker came back")
+    got = read_committed_pairs(run)
+    assert max(got.values()) == 1, f"{sum(got.values()) - len(got)} duplicates"
 
 
 def test_read_committed_counts_each_notification_once_over_the_whole_run(
