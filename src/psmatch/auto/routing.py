@@ -43,12 +43,12 @@ memory at most ``COARSE_BOUNDS + 1`` bounds per (attribute, kind).
 from __future__ import annotations
 
 from itertools import count, repeat
-from operator import eq, is_not
+from operator import eq, is_not, itemgetter
 
 import numpy as np
 
 from psmatch.language.columns import ConjunctColumns
-from psmatch.language.values import Value
+from psmatch.language.values import Kind, Value
 
 COARSE_BOUNDS = 256
 """Most distinct bounds of a coarse (attribute, kind): PSTHash files ranges on it."""
@@ -79,29 +79,31 @@ class DomainStats:
         kind); returns whether each predicate's (attribute, kind) is coarse after that.
         Cost O(predicates + intervals) in C loops and numpy, one set update per
         (attribute, kind) still coarse."""
-        codes: dict[tuple[str, int], int] = {}
-        keys = list(zip(columns.attribute, columns.kind.tolist(), strict=True))
-        code = np.fromiter(map(codes.setdefault, keys, count()), np.int64, len(keys))
-        iv_code = np.repeat(code, columns.interval_count)
-        order = np.argsort(iv_code, kind="stable")
-        starts = np.searchsorted(iv_code[order], list(codes.values()))
-        ends = np.searchsorted(iv_code[order], list(codes.values()), side="right")
-        coarse_code = np.zeros(len(keys), dtype=bool)
-        for (key, c), a, b in zip(codes.items(), starts.tolist(), ends.tolist(), strict=True):
-            if key in self.fine:
+        first: dict[str, int] = {}  # each attribute's first predicate: a number for it
+        named = np.fromiter(map(first.setdefault, columns.attribute, count()), np.int64,
+                            len(columns.kind))
+        keys, code = np.unique(named * len(Kind) + columns.kind, return_inverse=True)
+        name_of = {number: name for name, number in first.items()}
+        iv_code = np.repeat(code.ravel(), columns.interval_count)
+        order = np.argsort(iv_code)
+        ends = np.searchsorted(iv_code[order], np.arange(len(keys)), side="right").tolist()
+        coarse = np.zeros(len(keys), dtype=bool)
+        for k, (key, a, b) in enumerate(zip(keys.tolist(), [0, *ends[:-1]], ends,
+                                            strict=True)):
+            dim = (name_of[key // len(Kind)], key % len(Kind))
+            if dim in self.fine:
                 continue
-            seen = self.bounds.setdefault(key, set())
-            rows = order[a:b].tolist()
-            if rows:
-                seen.update(map(columns.lo.__getitem__, rows))
-                seen.update(map(columns.hi.__getitem__, rows))
-                seen.discard(None)
+            seen = self.bounds.setdefault(dim, set())
+            pick = itemgetter(*order[a:b].tolist(), order[a])  # a tuple, even of one
+            seen.update(pick(columns.lo))
+            seen.update(pick(columns.hi))
+            seen.discard(None)
             if len(seen) > COARSE_BOUNDS:
-                del self.bounds[key]
-                self.fine.add(key)
+                del self.bounds[dim]
+                self.fine.add(dim)
             else:
-                coarse_code[c] = True
-        return coarse_code[code]
+                coarse[k] = True
+        return coarse[code.ravel()]
 
     @property
     def nbytes(self) -> int:
