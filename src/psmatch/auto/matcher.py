@@ -91,17 +91,20 @@ class AutoMatcher(Matcher):
 
     # -- life cycle --------------------------------------------------------------------
 
-    def _place(self, slots: np.ndarray, reason: np.ndarray) -> None:
-        """Count the conjuncts of free ``slots`` (one entry per conjunct) under
-        ``reason``."""
-        if len(slots) and int(slots.max()) >= len(self.placed):
+    def _place(self, family: int, slots: np.ndarray, reason: np.ndarray) -> None:
+        """Count the conjuncts ``family`` filed, under ``reason``, for ``slots`` (one
+        entry per conjunct) that held none there. Called once a family has filed them,
+        so that the counts say what the families hold even if one of them raised."""
+        if not len(slots):
+            return
+        if int(slots.max()) >= len(self.placed):
             grown = np.zeros((max(int(slots.max()) + 1, 2 * len(self.placed)), len(REASONS)),
                              dtype=np.uint8)
             grown[: len(self.placed)] = self.placed
             self.placed = grown
         np.add.at(self.placed, (slots, reason.astype(np.int64)), 1)
         self.totals += np.bincount(reason, minlength=len(REASONS))
-        self.held += (self.family_counts(np.unique(slots)) > 0).sum(axis=0)
+        self.held[family] += len(np.unique(slots))
 
     def _insert(self, slot: int, subscription: Subscription) -> None:
         self._insert_many([(slot, subscription)])
@@ -109,7 +112,6 @@ class AutoMatcher(Matcher):
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
         slots, conjuncts = self._conjuncts_of(batch)
         reason = route(ConjunctColumns.of_conjuncts(conjuncts), self.domains)
-        self._place(np.array(slots, dtype=np.int64), reason)
         family_of = _FAMILY_CODE[reason].tolist()
         parts: list[list[tuple[int, Subscription]]] = [[] for _ in FAMILIES]
         first = 0
@@ -124,14 +126,17 @@ class AutoMatcher(Matcher):
                 elif picked:
                     part.append((slot, Subscription(subscription.text, picked)))
             first += k
-        for family, part in zip(self.families, parts, strict=True):
+        at = np.array(slots, dtype=np.int64)
+        for index, (family, part) in enumerate(zip(self.families, parts, strict=True)):
             if part:
                 family._insert_many(part)
+                mine = _FAMILY_CODE[reason] == index
+                self._place(index, at[mine], reason[mine])
 
     def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
         reason = route(columns.conjuncts, self.domains)
-        self._place(np.repeat(slots, columns.conjunct_count), reason)
         family_of = _FAMILY_CODE[reason]
+        at = np.repeat(slots, columns.conjunct_count)
         for index, family in enumerate(self.families):
             keep = family_of == index
             if keep.all():
@@ -139,6 +144,7 @@ class AutoMatcher(Matcher):
             elif keep.any():
                 held, part = select_conjuncts(columns, keep)
                 family._insert_columns(slots[held], part)
+            self._place(index, at[keep], reason[keep])
 
     def _delete(self, slot: int) -> None:
         self._delete_many([slot])
