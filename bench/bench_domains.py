@@ -227,8 +227,11 @@ def write_hem_workload(path: Path, name: str, n: int, args: argparse.Namespace) 
     per_subscription, width = RANGES[name]
     attrs, lows, span, values = range_arrays(n, args.events, per_subscription, width, args.seed)
     header = np.array([n, per_subscription, args.events, ATTRIBUTES, DOMAIN], dtype=np.int32)
+    # HEM's values lie in [0, DOMAIN): an upper bound of DOMAIN (a range that reaches the
+    # domain's end) is its last value, which the same events match
+    highs = np.minimum(lows + span, DOMAIN - 1)
     with open(path, "wb") as f:
-        for column in (header, attrs, lows, lows + span, values):
+        for column in (header, attrs, lows, highs, values):
             f.write(np.ascontiguousarray(column, dtype="<i4").tobytes())
 
 
@@ -375,8 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     for workload_name in [] if args.report_only else args.workloads.split(","):
         failed: set[str] = set()
         for n in sorted(int(s) for s in args.sizes.split(",")):
-            peers = list(HEM_MATCHERS) if args.hem_dir and workload_name in RANGES else []
-            for matcher in [*args.matchers.split(","), *peers]:
+            names = args.matchers.split(",")
+            if args.hem_dir and workload_name in RANGES:  # HEM's matchers too, once each
+                names += [peer for peer in HEM_MATCHERS if peer not in names]
+            else:
+                names = [name for name in names if name not in HEM_MATCHERS]
+            for matcher in names:
                 if matcher in failed:  # it failed at a smaller n: skip the larger ones
                     continue
                 result = (run_peer(workload_name, matcher, n, args) if matcher in HEM_MATCHERS
