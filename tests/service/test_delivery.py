@@ -50,11 +50,14 @@ def forget_last_batch(checkpoint: str) -> int:
     return last
 
 
-@pytest.mark.parametrize("delivery", ["at-least-once", "exactly-once"])
+@pytest.mark.parametrize(("delivery", "shards"),
+                         [("at-least-once", 1), ("exactly-once", 1), ("exactly-once", 2)])
 def test_a_batch_run_again_writes_again_only_at_least_once(
-    spark: Any, make_config: Callable[..., ServiceConfig], delivery: str
+    spark: Any, make_config: Callable[..., ServiceConfig], delivery: str, shards: int
 ) -> None:
-    config = make_config(delivery=delivery, trigger_seconds=30.0)
+    """With two shards each event reaches both shards' tasks, each with its own
+    transactional id and marker: both leave the batch out when it runs again."""
+    config = make_config(delivery=delivery, trigger_seconds=30.0, shards=shards)
     rng = random.Random(49)
     subs = random_subscriptions(rng, 40)
     events = {f"ev-{i}": e for i, e in enumerate(random_events(rng, 300))}
