@@ -111,3 +111,12 @@ def test_a_task_of_one_shard_refuses_events_of_two_partitions(
             list(task.unseen(iter([batch])))
     finally:
         task.close()
+
+
+def test_the_delivery_mode_is_a_setting_checked_at_load() -> None:
+    from psmatch.service.errors import ConfigError
+
+    assert ServiceConfig().delivery == "at-least-once"
+    assert ServiceConfig.load(env={"PSMATCH_DELIVERY": "exactly-once"}).delivery == "exactly-once"
+    with pytest.raises(ConfigError, match="delivery must be one of"):
+        ServiceConfig.load(overrides={"delivery": "exactly-twice"})
