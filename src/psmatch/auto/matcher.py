@@ -6,11 +6,12 @@ matchers, PSTHash (:mod:`psmatch.pstree.psthash`) and the bitset family
 own id map: a subscription's slot is the same in the children, so the service's path by
 slot (``matcher.internal``) works through it unchanged.
 
-* **filing** (objects or normal-form columns): :func:`psmatch.auto.routing.route` gives
-  each conjunct a reason and so a family; each family gets its conjuncts, a subscription
-  with conjuncts in both families under its one slot in each (columns are cut by
-  :func:`psmatch.auto.split.select_conjuncts`, so PSTHash still files them as they are).
-  The rule and why are in :mod:`psmatch.auto.routing`;
+* **filing** (objects or normal-form columns, read as columns once):
+  :func:`psmatch.auto.routing.route` gives each conjunct a reason and so a family; each
+  family gets its conjuncts, a subscription with conjuncts in both families under its
+  one slot in each: PSTHash as columns (cut by
+  :func:`psmatch.auto.split.select_conjuncts`), which it files as they are, the bitset
+  family as objects. The rule and why are in :mod:`psmatch.auto.routing`;
 * **removal** takes each slot out of the families it has conjuncts in;
 * **matching** asks each family holding conjuncts for its (event, slot) pairs and, when
   both do, merges them, by event and each pair once (a subscription may match through a
@@ -28,6 +29,9 @@ families', plus 3 bytes per slot for the placement counts and the bounds
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter
+
 import numpy as np
 
 from psmatch.auto.routing import FAMILY_OF, REASONS, DomainStats, route
@@ -43,6 +47,30 @@ from psmatch.pstree.psthash import PSTHashMatcher
 FAMILIES = ("psthash", "bitset")
 """The families ``auto`` files in, in the order it asks them."""
 _FAMILY_CODE = np.array([FAMILIES.index(f) for f in FAMILY_OF], dtype=np.int8)
+
+
+_CONJUNCTS, _TEXT = attrgetter("conjuncts"), attrgetter("text")
+
+
+def _files_columns(family: Matcher) -> bool:
+    """Whether ``family`` files normal-form columns as they are (it overrides
+    ``_insert_columns``) rather than building their objects."""
+    return type(family)._insert_columns is not Matcher._insert_columns
+
+
+def _picked(slots: np.ndarray, subscriptions: list[Subscription], keep: np.ndarray
+            ) -> list[tuple[int, Subscription]]:  # fmt: skip
+    """Each subscription with a conjunct where ``keep`` (per conjunct, in order) holds,
+    under its slot, with only those conjuncts."""
+    out = []
+    flags = iter(keep.tolist())
+    for slot, subscription in zip(slots.tolist(), subscriptions, strict=True):
+        picked = tuple(c for c in subscription.conjuncts if next(flags))
+        if len(picked) == len(subscription.conjuncts):
+            out.append((slot, subscription))
+        elif picked:
+            out.append((slot, Subscription(subscription.text, picked)))
+    return out
 
 
 class FamilySlots:
@@ -110,38 +138,34 @@ class AutoMatcher(Matcher):
         self._insert_many([(slot, subscription)])
 
     def _insert_many(self, batch: list[tuple[int, Subscription]]) -> None:
-        slots, conjuncts = self._conjuncts_of(batch)
-        reason = route(ConjunctColumns.of_conjuncts(conjuncts), self.domains)
-        family_of = _FAMILY_CODE[reason].tolist()
-        parts: list[list[tuple[int, Subscription]]] = [[] for _ in FAMILIES]
-        first = 0
-        for slot, subscription in batch:
-            k = len(subscription.conjuncts)
-            mine = family_of[first:first + k]
-            for family, part in enumerate(parts):
-                picked = tuple(c for c, f in zip(subscription.conjuncts, mine, strict=True)
-                               if f == family)
-                if len(picked) == k:
-                    part.append((slot, subscription))
-                elif picked:
-                    part.append((slot, Subscription(subscription.text, picked)))
-            first += k
-        at = np.array(slots, dtype=np.int64)
-        for index, (family, part) in enumerate(zip(self.families, parts, strict=True)):
-            if part:
-                family._insert_many(part)
-                mine = _FAMILY_CODE[reason] == index
-                self._place(index, at[mine], reason[mine])
+        subscriptions = [subscription for _, subscription in batch]
+        counts = np.fromiter(map(len, map(_CONJUNCTS, subscriptions)), np.int64, len(batch))
+        columns = SubscriptionColumns(
+            list(map(_TEXT, subscriptions)), counts, ConjunctColumns.of_conjuncts(
+                list(chain.from_iterable(map(_CONJUNCTS, subscriptions)))))
+        self._file(np.fromiter((slot for slot, _ in batch), np.int64, len(batch)), columns,
+                   subscriptions)
 
     def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
+        self._file(slots, columns, None)
+
+    def _file(self, slots: np.ndarray, columns: SubscriptionColumns,
+              subscriptions: list[Subscription] | None) -> None:
+        """Route the conjuncts of ``columns`` (the subscriptions under ``slots``) and
+        hand each family its own: as columns to a family that files them, as objects to
+        one that would build them (from ``subscriptions`` when given)."""
         reason = route(columns.conjuncts, self.domains)
         family_of = _FAMILY_CODE[reason]
         at = np.repeat(slots, columns.conjunct_count)
         for index, family in enumerate(self.families):
             keep = family_of == index
-            if keep.all():
+            if not keep.any():
+                continue
+            if subscriptions is not None and not _files_columns(family):
+                family._insert_many(_picked(slots, subscriptions, keep))
+            elif keep.all():
                 family._insert_columns(slots, columns)
-            elif keep.any():
+            else:
                 held, part = select_conjuncts(columns, keep)
                 family._insert_columns(slots[held], part)
             self._place(index, at[keep], reason[keep])
