@@ -14,7 +14,7 @@ from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.state import StateStore
 from psmatch.language import parse_subscription
 from psmatch.service.config import ServiceConfig
-from psmatch.service.job import batch_may_read
+from psmatch.service.job import batch_may_read, subscription_topics
 from psmatch.service.records.normal_forms import dump_normal_form
 from tests.service.test_end_to_end import running, wait_for_notifications
 
@@ -28,9 +28,26 @@ def write_offsets(checkpoint: Path, batch_id: int, offsets: dict[str, dict[str, 
 def test_a_topic_whose_offsets_did_not_move_is_not_read(tmp_path: Path) -> None:
     write_offsets(tmp_path, 4, {"subs": {"0": 7, "1": 3}, "events": {"0": 10, "1": 9}})
     write_offsets(tmp_path, 5, {"subs": {"0": 7, "1": 3}, "events": {"0": 12, "1": 9}})
-    assert not batch_may_read(str(tmp_path), 5, "subs")
-    assert batch_may_read(str(tmp_path), 5, "events")
-    assert not batch_may_read(f"file://{tmp_path}", 5, "subs")
+    assert not batch_may_read(str(tmp_path), 5, "subs".__eq__)
+    assert batch_may_read(str(tmp_path), 5, "events".__eq__)
+    assert not batch_may_read(f"file://{tmp_path}", 5, "subs".__eq__)
+
+
+def test_the_tenants_topics_are_read_when_one_of_them_moved(tmp_path: Path) -> None:
+    config = ServiceConfig(subscriptions_topic="subs", events_topic="events", tenancy="topics")
+    tenants = subscription_topics(config)
+    assert tenants("subs.alice") and not tenants("subs") and not tenants("events")
+    write_offsets(tmp_path, 4, {"subs.alice": {"0": 7}, "subs.bob": {"0": 1},
+                                "events": {"0": 10}})  # fmt: skip
+    write_offsets(tmp_path, 5, {"subs.alice": {"0": 7}, "subs.bob": {"0": 2},
+                                "events": {"0": 12}})  # fmt: skip
+    write_offsets(tmp_path, 6, {"subs.alice": {"0": 7}, "subs.bob": {"0": 2},
+                                "events": {"0": 13}})  # fmt: skip
+    write_offsets(tmp_path, 7, {"subs.alice": {"0": 7}, "subs.bob": {"0": 2},
+                                "subs.carol": {"0": 0}, "events": {"0": 13}})  # fmt: skip
+    assert batch_may_read(str(tmp_path), 5, tenants)
+    assert not batch_may_read(str(tmp_path), 6, tenants)
+    assert batch_may_read(str(tmp_path), 7, tenants)  # a tenant added
 
 
 @pytest.mark.parametrize(
@@ -55,11 +72,11 @@ def test_whenever_unsure_the_batch_may_read_the_topic(
     write_offsets(tmp_path, 15, {"events": {"0": 8}, "subs": {"0": 8}})
     write_offsets(tmp_path, 16, {"subs": {"0": 8}})
     (tmp_path / "offsets" / "17").write_text('v1\n{"batchWatermarkMs"')
-    assert batch_may_read(str(tmp_path), batch_id, "subs"), case
+    assert batch_may_read(str(tmp_path), batch_id, "subs".__eq__), case
 
 
 def test_a_checkpoint_that_is_not_a_local_path_is_always_read() -> None:
-    assert batch_may_read("s3a://bucket/checkpoint", 5, "subs")
+    assert batch_may_read("s3a://bucket/checkpoint", 5, "subs".__eq__)
 
 
 def test_the_service_validates_only_the_batches_with_subscription_records(
@@ -85,7 +102,8 @@ def test_the_service_validates_only_the_batches_with_subscription_records(
         reports = list(service.reports)
     later = [r for r in reports if r.batch_id > 0]
     may_read = {r.batch_id: batch_may_read(config.checkpoint_location, r.batch_id,
-                                           config.subscriptions_topic) for r in later}  # fmt: skip
+                                           config.subscriptions_topic.__eq__)
+                for r in later}  # fmt: skip
     assert any(not read for read in may_read.values())
     for report in later:
         assert may_read[report.batch_id] == (report.subscription_records > 0), report

@@ -38,10 +38,10 @@ def test_whatever_one_subscription_record_raises_makes_it_a_reject_and_the_rest_
 ) -> None:
     real = subscriptions.parse_subscription_record
 
-    def flaky(key: bytes | None, value: bytes | None, limits: Any) -> Any:
+    def flaky(key: bytes | None, value: bytes | None, limits: Any, tenant: Any) -> Any:
         if key == b"bug":  # a decoder bug, not a RecordError
             raise KeyError("expr")
-        return real(key, value, limits)
+        return real(key, value, limits, tenant)
 
     monkeypatch.setattr(subscriptions, "parse_subscription_record", flaky)
     validated = validate_records([
@@ -54,8 +54,8 @@ def test_whatever_one_subscription_record_raises_makes_it_a_reject_and_the_rest_
     assert validated.changes[0].record == dumps_record("a = 1", "s1", {})
     assert validated.changes[0].normal_form == dump_normal_form(parse_subscription("a = 1"))
     assert validated.changes[1].normal_form is None  # the delete
-    assert [(code, key) for code, key, _ in validated.rejects] == [
-        ("internal_error", b"bug"), ("invalid_expression", b"s2")]
+    assert [(code, key, topic) for code, key, _, topic in validated.rejects] == [
+        ("internal_error", b"bug", None), ("invalid_expression", b"s2", None)]
     bug = parse_rejected(validated.rejects[0][2])
     assert bug.code == "internal_error" and bug.reason == "KeyError: 'expr'" and bug.offset == 1
     assert dict(validated.codes) == {"internal_error": 1, "invalid_expression": 1}
@@ -90,7 +90,7 @@ def test_tasks_apply_their_partitions_to_redis_and_the_driver_gathers_counts_and
         outcome = gather(pa.Table.from_batches([*outputs[0], *outputs[1]]))
         assert (outcome.records, outcome.applied) == (54, 53)
         assert outcome.validate_s > 0 and outcome.apply_s > 0  # the tasks' own seconds, summed
-        assert [(code, key) for code, key, _ in outcome.rejects] == [("invalid_expression", b"s2")]
+        assert [(code, key) for code, key, *_ in outcome.rejects] == [("invalid_expression", b"s2")]
         assert len(outcome.samples) == 1
         assert outcome.samples[0].startswith("subs/0/1 invalid_expression: ")
         assert store.version() == floor + 53

@@ -69,6 +69,17 @@ class ServiceConfig:
         default="psmatch.rejected",
         metadata={"help": "output topic of records that could not be used, with a reason"},
     )
+    tenancy: str = field(
+        default="single",
+        metadata={"help": "single (one tenant: the four topics as named) or topics (a "
+                  "subscriptions, notifications and rejected topic per tenant, each named "
+                  "<topic>.<tenant>, read and written by that tenant alone; psmatch tenants)"},
+    )  # fmt: skip
+    tenant: str = field(
+        default="",
+        metadata={"help": "a tenant's commands (subscribe, unsubscribe, tail, explain "
+                  "--from-topic) use that tenant's topics, <topic>.<tenant>"},
+    )  # fmt: skip
     topic_partitions: int = field(
         default=2, metadata={"help": "partitions of the topics the service creates"}
     )
@@ -257,6 +268,15 @@ class ServiceConfig:
                   self.rejected_topic]  # fmt: skip
         if len(set(topics)) != len(topics) or not all(topics):
             raise ConfigError(f"the four topic names must be distinct and non-empty: {topics}")
+        from psmatch.service.records.tenants import TENANCY_MODES, check_tenant
+
+        if self.tenancy not in TENANCY_MODES:
+            raise ConfigError(f"tenancy must be one of {TENANCY_MODES}, got {self.tenancy!r}")
+        if self.tenant:
+            try:
+                check_tenant(self.tenant)
+            except ValueError as exc:
+                raise ConfigError(f"tenant: {exc}") from None
         if not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             from psmatch.adapters.state import redact_url
 
@@ -335,6 +355,13 @@ class ServiceConfig:
             cert_file=self.kafka_cert_file,
             key_file=self.kafka_key_file,
         )
+
+    def own_topic(self, base: str) -> str:
+        """The topic ``base`` (one of the four) as this client uses it: with ``tenant``,
+        that tenant's (``<base>.<tenant>``)."""
+        from psmatch.service.records.tenants import tenant_topic
+
+        return tenant_topic(base, self.tenant) if self.tenant else base
 
     @property
     def redis_connection_url(self) -> str:

@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from psmatch.errors import PsmatchError
 from psmatch.service.config import ServiceConfig
 from psmatch.service.delivery import transactional_prefix
 from psmatch.service.records.common import RecordLimits
+from psmatch.service.records.tenants import tenant_of_topic, topic_pattern
 from psmatch.service.spark_rpc import spark_rpc_conf, warn_if_unprotected
 from psmatch.service.subscriptions import APPLIED_DDL, ValidatedSubscriptions, apply_batches, gather
 from psmatch.service.task_contract import (
@@ -260,12 +262,21 @@ def snapshot_dir(checkpoint_location: str) -> str | None:
     return None if path is None else str(path.with_name(path.name + ".snapshots"))
 
 
-def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
-    """Whether micro-batch ``batch_id`` may hold records of ``topic``.
+def subscription_topics(config: ServiceConfig) -> Callable[[str], bool]:
+    """Whether a topic the query reads is a subscriptions topic: the job's, or with
+    ``tenancy = "topics"`` a tenant's (:mod:`psmatch.service.records.tenants`)."""
+    if config.tenancy == "topics":
+        return lambda topic: tenant_of_topic(topic, config.subscriptions_topic) is not None
+    return lambda topic: topic == config.subscriptions_topic
+
+
+def batch_may_read(checkpoint_location: str, batch_id: int,
+                   topics: Callable[[str], bool]) -> bool:  # fmt: skip
+    """Whether micro-batch ``batch_id`` may hold records of a topic that ``topics`` holds.
 
     ``False`` only when the query's offset log shows the same offsets of every partition
-    of ``topic`` at the end of this batch as at the end of the one before: the batch's
-    range of the topic is then empty. Spark writes ``<checkpoint>/offsets/<id>`` before
+    of those topics at the end of this batch as at the end of the one before: the
+    batch's range of them is then empty. Spark writes ``<checkpoint>/offsets/<id>`` before
     it runs batch ``id`` (a version line ``v1``, a line of metadata, then one line per
     source: for the Kafka source ``{"topic": {"partition": offset}}``), and batch ``id``
     starts where batch ``id - 1`` ended. ``True`` whenever that cannot be told: the first
@@ -282,10 +293,11 @@ def batch_may_read(checkpoint_location: str, batch_id: int, topic: str) -> bool:
             lines = (path / "offsets" / str(n)).read_text().splitlines()
             if lines[0] != "v1" or len(lines) != 3:
                 return True
-            ends.append(json.loads(lines[2]).get(topic))
+            ends.append({name: offsets for name, offsets in json.loads(lines[2]).items()
+                         if topics(name)})  # fmt: skip
         except (OSError, IndexError, ValueError, AttributeError):
             return True
-    return ends[0] is None or ends[0] != ends[1]
+    return not ends[0] or ends[0] != ends[1]
 
 
 def worker_settings(config: ServiceConfig) -> WorkerSettings:
@@ -306,6 +318,8 @@ def worker_settings(config: ServiceConfig) -> WorkerSettings:
         events_topic=config.events_topic,
         transactional_prefix=transactional_prefix(config.checkpoint_location,
                                                   config.notifications_topic),
+        tenancy=config.tenancy,
+        subscriptions_topic=config.subscriptions_topic,
     )
 
 
@@ -330,6 +344,7 @@ class BatchProcessor:
         self._sink: RecordSink | None = None
         self.on_report = on_report
         self._param = _MetricsParam()
+        self.is_subscriptions = subscription_topics(config)
 
     @property
     def sink(self) -> RecordSink:
@@ -350,7 +365,7 @@ class BatchProcessor:
         # A batch without subscription records (most of them) runs no validation job, and
         # its one job reads the events straight from Kafka; otherwise the batch is
         # cached, so that the validation job and the matching job read Kafka once.
-        subscribing = batch_may_read(cfg.checkpoint_location, batch_id, cfg.subscriptions_topic)
+        subscribing = batch_may_read(cfg.checkpoint_location, batch_id, self.is_subscriptions)
         if subscribing:
             batch = batch.persist()
         try:
@@ -358,7 +373,7 @@ class BatchProcessor:
             if subscribing:  # validated and applied on the executors, in parallel
                 floor = self.store.version()
                 validated = gather(
-                    batch.filter(F.col("topic") == cfg.subscriptions_topic)
+                    batch.filter(F.col("topic") != cfg.events_topic)
                     .select("key", "value", "topic", "partition", "offset")
                     .mapInArrow(partial(apply_batches, self.settings.limits, self.settings, floor),
                                 APPLIED_DDL)
@@ -369,9 +384,8 @@ class BatchProcessor:
             live = self.store.count()
             t2 = time.perf_counter()
 
-            if validated.rejects:
-                self.sink.write(output_records(cfg.rejected_topic,
-                                               [(k, v) for _, k, v in validated.rejects]))
+            for topic, pairs in validated.rejects_by_topic(cfg.rejected_topic).items():
+                self.sink.write(output_records(topic, pairs))
             acc = self.spark.sparkContext.accumulator(TaskMetrics(), self._param)
             events = batch.filter(F.col("topic") == cfg.events_topic)
             if cfg.shards > 1:
@@ -422,14 +436,13 @@ def prepare(config: ServiceConfig) -> None:
     a wrong setting than an outage.
     """
     StateStore.from_url(config.redis_connection_url, config.redis_prefix).ping()
+    topics = service_topics(config.subscriptions_topic, config.events_topic,
+                            config.notifications_topic, config.rejected_topic)  # fmt: skip
+    if config.tenancy == "topics":  # the tenants' own topics are psmatch tenants add's
+        topics = {name: topics[name] for name in (config.events_topic, config.rejected_topic)}
     ensure_topics(
         config.bootstrap_servers,
-        service_topics(
-            config.subscriptions_topic,
-            config.events_topic,
-            config.notifications_topic,
-            config.rejected_topic,
-        ),
+        topics,
         partitions=config.topic_partitions,
         security=config.kafka_security,
     )
@@ -443,10 +456,15 @@ def start_query(
 ) -> Any:
     """Create missing topics and start the streaming query; returns the StreamingQuery."""
     prepare(config)
+    if config.tenancy == "topics":  # every tenant's, those added later too
+        inputs = ("subscribePattern", f"{topic_pattern(config.subscriptions_topic)}|"
+                  f"{re.escape(config.events_topic)}")  # fmt: skip
+    else:
+        inputs = ("subscribe", f"{config.subscriptions_topic},{config.events_topic}")
     reader = (
         spark.readStream.format("kafka")
         .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
-        .option("subscribe", f"{config.subscriptions_topic},{config.events_topic}")
+        .option(*inputs)
         .option("startingOffsets", config.starting_offsets)
         # compaction of the subscriptions topic removes offsets: not a loss
         .option("failOnDataLoss", "false")

@@ -135,3 +135,7 @@ class WorkerSettings:
     delivery: str = "at-least-once"
     events_topic: str = ""
     transactional_prefix: str = ""
+    # psmatch.service.records.tenants: with "topics", each tenant's subscriptions come in
+    # <subscriptions_topic>.<tenant>, its notifications and rejects go to its own topics
+    tenancy: str = "single"
+    subscriptions_topic: str = ""

@@ -82,7 +82,7 @@ def _from_topic(cfg: ServiceConfig, sub_id: str, timeout: float) -> str | None:
     limits = RecordLimits.from_config(cfg)
     latest: str | None = None
     with TopicReader(
-        cfg.bootstrap_servers, cfg.subscriptions_topic, security=cfg.kafka_security
+        cfg.bootstrap_servers, cfg.own_topic(cfg.subscriptions_topic), security=cfg.kafka_security
     ) as reader:
         records = reader.read_to_end(timeout=timeout)
     wanted = sub_id.encode("utf-8", "surrogateescape")
@@ -108,7 +108,7 @@ def cmd_explain(args: argparse.Namespace, cfg: ServiceConfig) -> int:
         return 2
     if args.from_topic:
         record = _from_topic(cfg, args.id, args.timeout)
-        where = f"the topic {cfg.subscriptions_topic}"
+        where = f"the topic {cfg.own_topic(cfg.subscriptions_topic)}"
     else:
         store = StateStore.from_url(
             cfg.redis_connection_url, cfg.redis_prefix, cfg.change_log_retention,

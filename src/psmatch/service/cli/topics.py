@@ -42,7 +42,7 @@ def cmd_subscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
         print(f"psmatch subscribe: {record_error(exc)}", file=sys.stderr)
         return 2
     with JsonProducer(cfg.bootstrap_servers, cfg.kafka_security) as producer:
-        producer.send(cfg.subscriptions_topic, value, key=key, raw=True)
+        producer.send(cfg.own_topic(cfg.subscriptions_topic), value, key=key, raw=True)
     print(f"subscribed {args.id}: {args.expr}")
     return 0
 
@@ -52,7 +52,7 @@ def cmd_unsubscribe(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 
     with JsonProducer(cfg.bootstrap_servers, cfg.kafka_security) as producer:
         for sub_id in args.ids:
-            producer.send(cfg.subscriptions_topic, None, key=sub_id)
+            producer.send(cfg.own_topic(cfg.subscriptions_topic), None, key=sub_id)
     print(f"unsubscribed {', '.join(args.ids)}")
     return 0
 
@@ -98,7 +98,7 @@ def cmd_publish(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 def cmd_tail(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     from psmatch.adapters.kafka.reader import TopicReader
 
-    topic = cfg.rejected_topic if args.rejected else cfg.notifications_topic
+    topic = cfg.own_topic(cfg.rejected_topic if args.rejected else cfg.notifications_topic)
     shown = 0
     with TopicReader(
         cfg.bootstrap_servers, topic, args.from_beginning, cfg.kafka_security

@@ -38,6 +38,7 @@ from psmatch.service.records.common import (
     utf8_text,
 )
 from psmatch.service.records.normal_forms import dump_normal_form, load_normal_form
+from psmatch.service.records.tenants import scoped_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,7 @@ def _parse_expression(expr: str) -> Subscription:
         raise RecordError("invalid_expression", f"invalid expression: {exc}") from None
 
 
-def _subscription(obj: Any, sub_id: str) -> SubscriptionRecord:
+def _subscription(obj: Any, own_id: str) -> SubscriptionRecord:
     if not isinstance(obj, dict):
         raise RecordError(
             "invalid_record",
@@ -144,7 +145,7 @@ def _subscription(obj: Any, sub_id: str) -> SubscriptionRecord:
             f'the value needs "expr", the subscription expression as a non-empty string '
             f"({got})",
         )
-    subscriber = obj.get("subscriber", sub_id)  # the default subscriber: the id
+    subscriber = obj.get("subscriber", own_id)  # the default subscriber: the record's key
     if not isinstance(subscriber, str) or not subscriber:
         got = "an empty string" if subscriber == "" else f"a {json_type(subscriber)}"
         raise RecordError("invalid_record", f'"subscriber" must be a non-empty string, not {got}')
@@ -155,12 +156,17 @@ def _subscription(obj: Any, sub_id: str) -> SubscriptionRecord:
 
 
 def parse_subscription_record(
-    key: bytes | None, value: bytes | None, limits: RecordLimits = DEFAULT_LIMITS
+    key: bytes | None, value: bytes | None, limits: RecordLimits = DEFAULT_LIMITS,
+    tenant: str | None = None,
 ) -> SubscriptionChange:
     """Validate a record of the subscriptions topic; :class:`RecordError` if unusable.
 
+    A record of ``tenant``'s topic (:mod:`psmatch.service.records.tenants`) changes the
+    subscription ``<tenant>/<key>``, whose subscriber defaults to the key: the change's
+    ``sub_id`` is that scoped id, whatever the key names.
+
     Cost: O(record size), plus parsing the expression.
-    """
+    """  # fmt: skip
     sub_id = None if key is None else utf8_text(key, "the key")
     if sub_id is None or sub_id.strip() == "":
         raise RecordError(
@@ -170,13 +176,16 @@ def parse_subscription_record(
         raise RecordError(
             "limit_exceeded", f"the subscription id is longer than {MAX_ID_LENGTH} characters"
         )
+    own_id = sub_id
+    if tenant is not None:
+        sub_id = scoped_id(tenant, sub_id)
     if value is None:
         return SubscriptionChange(sub_id)
     limit = limits.max_subscription_bytes
     if len(value) > limit:
         raise RecordError("too_large", f"the value is {len(value)} bytes; a subscription "
                           f"record may have at most {limit}")  # fmt: skip
-    record = _subscription(loads_bounded(value), sub_id)
+    record = _subscription(loads_bounded(value), own_id)
     stored = record.stored()
     # re-encoding can grow a value (1e15 -> 1000000000000000.0); notifications carry it.
     # At most 4 bytes a character: only a text longer than a quarter of the limit is

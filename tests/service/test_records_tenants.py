@@ -1,0 +1,101 @@
+"""Tenants in records: names, topics, scoped ids, and a tenant's records validated into
+its own namespace, its rejects to its own topic; the matches' tenants and own ids in
+numpy, the same as splitting each id in Python."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from psmatch.core.slot_bytes import joined
+from psmatch.service.config import ServiceConfig
+from psmatch.service.errors import ConfigError
+from psmatch.service.records.common import DEFAULT_LIMITS
+from psmatch.service.records.rejected import parse_rejected
+from psmatch.service.records.subscriptions import parse_subscription_record, stored_fields
+from psmatch.service.records.tenants import (
+    check_tenant,
+    own_ids,
+    scoped_id,
+    split_scoped,
+    tenant_numbers,
+    tenant_of_topic,
+    topic_pattern,
+)
+from psmatch.service.subscriptions import Tenancy, validate_records
+
+
+@pytest.mark.parametrize("name", ["alice", "a", "0-team_x", "a" * 63])
+def test_a_tenant_name_of_the_charset_is_accepted(name: str) -> None:
+    assert check_tenant(name) == name
+    assert tenant_of_topic(f"psmatch.subscriptions.{name}", "psmatch.subscriptions") == name
+
+
+@pytest.mark.parametrize("name", ["", "Alice", "-a", "_a", "a/b", "a.b", "a b", "é", "a" * 64])
+def test_any_other_name_is_refused_in_one_line(name: str) -> None:
+    with pytest.raises(ValueError, match="a tenant's name is 1 to 63 of a-z"):
+        check_tenant(name)
+    assert tenant_of_topic(f"psmatch.subscriptions.{name}", "psmatch.subscriptions") is None
+    with pytest.raises(ConfigError, match=r"^tenant: a tenant's name"):
+        ServiceConfig(tenant=name or "-")
+
+
+def test_the_tenancy_setting_is_checked() -> None:
+    assert ServiceConfig().tenancy == "single"
+    with pytest.raises(ConfigError, match=r"tenancy must be one of \('single', 'topics'\)"):
+        ServiceConfig(tenancy="many")
+    cfg = ServiceConfig(tenant="alice")
+    assert cfg.own_topic(cfg.subscriptions_topic) == "psmatch.subscriptions.alice"
+    assert ServiceConfig().own_topic("psmatch.notifications") == "psmatch.notifications"
+
+
+def test_the_pattern_reads_every_tenants_topic_and_no_other() -> None:
+    import re
+
+    pattern = re.compile(topic_pattern("psmatch.subscriptions"))
+    assert pattern.fullmatch("psmatch.subscriptions.alice")
+    for other in ("psmatch.subscriptions", "psmatch.subscriptionsXalice",
+                  "psmatch.subscriptions.Alice", "psmatch.subscriptions.a.b"):  # fmt: skip
+        assert not pattern.fullmatch(other), other
+
+
+def test_a_record_of_a_tenant_names_its_own_subscription_whatever_its_key() -> None:
+    change = parse_subscription_record(b"bob-1", b'{"expr": "a = 1"}', DEFAULT_LIMITS, "alice")
+    assert change.sub_id == "alice/bob-1" == scoped_id("alice", "bob-1")
+    assert split_scoped(change.sub_id) == ("alice", "bob-1")
+    assert change.stored is not None and stored_fields(change.stored)[1] == "bob-1"
+    assert parse_subscription_record(b"bob-1", None, DEFAULT_LIMITS, "alice").sub_id == (
+        "alice/bob-1")
+
+
+def test_tenants_records_are_validated_into_their_namespace_and_rejected_to_their_topic() -> None:
+    tenants = Tenancy("subs", "rej")
+    validated = validate_records([
+        (b"s1", b'{"expr": "a = 1"}', "subs.alice", 0, 0),
+        (b"s1", b'{"expr": "a = 2"}', "subs.bob", 0, 0),
+        (b"bad", b'{"expr": "a <"}', "subs.bob", 0, 1),
+    ], DEFAULT_LIMITS, tenants)  # fmt: skip
+    assert [c.sub_id for c in validated.changes] == ["alice/s1", "bob/s1"]
+    assert [(code, key, topic) for code, key, _, topic in validated.rejects] == [
+        ("invalid_expression", b"bad", "rej.bob")]
+    by_topic = validated.rejects_by_topic("rej")
+    assert list(by_topic) == ["rej.bob"]
+    assert parse_rejected(by_topic["rej.bob"][0][1]).topic == "subs.bob"
+
+
+def test_the_matches_tenants_and_own_ids_in_numpy_are_those_of_each_id() -> None:
+    rng = np.random.default_rng(7)
+    tenants = ["alice", "bob", "a-1", "zz_top"]
+    ids = [scoped_id(tenants[rng.integers(4)], f"{'é' * int(rng.integers(3))}s{i}/x")
+           for i in range(200)]  # fmt: skip
+    data, offsets = joined([i.encode() for i in ids])
+    numbers, names = tenant_numbers(offsets, data)
+    assert names == sorted(set(names)) and set(names) <= set(tenants)
+    assert [names[n] for n in numbers] == [split_scoped(i)[0] for i in ids]
+    own_offsets, own_data = own_ids(offsets, data)
+    own = [bytes(own_data[a:b]).decode() for a, b in pairwise(own_offsets)]
+    assert own == [split_scoped(i)[1] for i in ids]
+    empty = np.zeros(1, np.int64), np.empty(0, np.uint8)
+    assert tenant_numbers(*empty)[1] == [] and own_ids(*empty)[0].tolist() == [0]
