@@ -99,3 +99,53 @@ def test_the_matches_tenants_and_own_ids_in_numpy_are_those_of_each_id() -> None
     assert own == [split_scoped(i)[1] for i in ids]
     empty = np.zeros(1, np.int64), np.empty(0, np.uint8)
     assert tenant_numbers(*empty)[1] == [] and own_ids(*empty)[0].tolist() == [0]
+
+
+def test_a_worker_writes_each_tenants_notifications_to_its_topic_with_its_own_ids() -> None:
+    """Matches of three tenants' subscriptions (two named alike, one with its own
+    subscriber, one defaulting to its key): each record to its tenant's topic, keyed and
+    written with the tenant's own id, each tenant's records one run in the order matched;
+    one tenant alone is one run too."""
+    import pyarrow as pa
+
+    from psmatch import make_matcher
+    from psmatch.adapters.kafka.sink import topic_runs
+    from psmatch.service.records.notifications import parse_notification
+    from psmatch.service.task_contract import OUTPUT_SCHEMA, TaskMetrics, WorkerSettings
+    from psmatch.service.tasks import match_rows
+    from psmatch.service.worker_index import WorkerIndex
+
+    settings = WorkerSettings("redis://unused", "p:", 10, "scan", "notif", "rej",
+                              tenancy="topics", subscriptions_topic="subs")  # fmt: skip
+    index = WorkerIndex(make_matcher("scan"))
+    subs = [("bob", b"s1", b'{"expr": "a < 10"}'), ("alice", b"s1", b'{"expr": "a < 10"}'),
+            ("alice", b"bob-1", b'{"expr": "a < 5", "subscriber": "al@x"}'),
+            ("carol", b"c", b'{"expr": "a > 100"}')]  # fmt: skip
+    for tenant, key, value in subs:
+        change = parse_subscription_record(key, value, DEFAULT_LIMITS, tenant)
+        assert change.stored is not None
+        index.put(change.sub_id, change.stored)
+        index.check()
+    rows = [(f"e{i}".encode(), f'{{"a": {i}}}'.encode(), "events", 0, i, 1000) for i in range(8)]
+    out = pa.Table.from_batches(list(match_rows(index, settings, rows, TaskMetrics())),
+                                OUTPUT_SCHEMA)  # fmt: skip
+    records = out.to_pydict()
+    assert [t for t, _, _ in topic_runs(out.column("topic").combine_chunks())] == [
+        "notif.alice", "notif.bob"]
+    seen = []
+    for topic, key, value in zip(records["topic"], records["key"], records["value"], strict=True):
+        n = parse_notification(value)
+        assert n.subscription_id == key.decode()
+        seen.append((topic, n.subscription_id, n.subscriber, n.event_id))
+    alice = [s for s in seen if s[0] == "notif.alice"]
+    assert sorted(alice) == sorted(
+        [("notif.alice", "s1", "s1", f"e{i}") for i in range(8)]
+        + [("notif.alice", "bob-1", "al@x", f"e{i}") for i in range(5)])
+    assert [e for _, sub, _, e in alice if sub == "s1"] == [f"e{i}" for i in range(8)]
+    assert [s for s in seen if s[0] == "notif.bob"] == [
+        ("notif.bob", "s1", "s1", f"e{i}") for i in range(8)]
+    index.delete(["alice/s1", "alice/bob-1"])
+    index.check()
+    records = pa.Table.from_batches(list(match_rows(index, settings, rows, TaskMetrics())),
+                                    OUTPUT_SCHEMA).to_pydict()  # fmt: skip
+    assert set(records["topic"]) == {"notif.bob"} and len(records["topic"]) == 8

@@ -46,6 +46,7 @@ from psmatch.service.task_contract import (
     WorkerSettings,
     output_records,
 )
+from psmatch.service.tenant_notifications import tenant_notification_records
 from psmatch.service.worker_index import WorkerIndex
 
 log = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ def match_rows(
         t3, cpu3 = time.perf_counter(), time.thread_time()
         notifications = notification_records(
             settings.notifications_topic, events[start : start + RECORDS_CHUNK],
-            slots[start : start + RECORDS_CHUNK], index, tails,
+            slots[start : start + RECORDS_CHUNK], index, tails, settings.tenancy == "topics",
         )  # fmt: skip
         metrics.cpu_s += time.thread_time() - cpu3
         metrics.encode_s += time.perf_counter() - t3
@@ -153,6 +154,7 @@ def filter_families(matcher: Matcher) -> list[IndexedMatcher]:
 
 def notification_records(
     topic: str, events: np.ndarray, slots: np.ndarray, index: WorkerIndex, tails: list[bytes],
+    tenants: bool = False,
 ) -> list[pa.RecordBatch]:
     """The notification records of matches ``(events[i], slots[i])`` of ``index``
     (:mod:`psmatch.service.records.notifications`: key the subscription's id, value its
@@ -161,8 +163,11 @@ def notification_records(
 
     Cost O(matches), nothing per match in Python: the keys copied by slot from the
     matcher's ids (:meth:`psmatch.core.matcher.SlotPath.ids_utf8`) and the values written
-    from them by ``NotificationHeads.join``.
+    from them by ``NotificationHeads.join``. With ``tenants``, each to its tenant's topic
+    (:mod:`psmatch.service.tenant_notifications`).
     """
+    if tenants:
+        return tenant_notification_records(topic, events, slots, index, tails)
     ids = index.matcher.internal.ids_utf8(slots)
     keys = binary_column(*ids)
     batches = []
