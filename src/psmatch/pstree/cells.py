@@ -81,6 +81,8 @@ class WideLists:
         predicates' trees never anchored. Cost O(log cells) per interval filed, plus
         the refiled conjuncts of re-anchored trees (amortised O(1) per bound)."""
         self.wide.put(cids, is_wide)
+        if not self._next_slot and not is_wide.any():
+            return  # no tree has cells yet (a coarse index): nothing to anchor or file
         new = cids[is_wide]
         self._grow(len(forest.trees))
         trees = store.pred_tree[store.pred_start.data[new]].astype(np.int64)

@@ -125,6 +125,8 @@ class PSTBloomMatcher(ForestMatcher):
 
     def _grown_wide(self, cids: np.ndarray) -> np.ndarray:
         """Those of ``cids`` whose access predicate is now wide in a fine tree."""
+        if not len(cids):
+            return np.empty(0, dtype=np.int64)
         cids = np.unique(cids).astype(np.int64)
         cover, spaces = row_cover(self.forest, self.store, cids, 0)
         grown = wide_mask(cover, spaces)

@@ -209,10 +209,11 @@ class PSTHashMatcher(ForestMatcher):
                           np.repeat(fallback, 2))
         grown = np.unique(fallback[(sizes[splits.tree[owner]] > FINE_SPACES)
                                    & alive[fallback]]).astype(np.int64)
-        cover, spaces = row_cover(self.forest, store, grown, 0)
-        moved = wide_mask(cover, spaces)
-        self._stale_fallback += int(cover[moved].sum())
-        grown = grown[moved]
+        if len(grown):
+            cover, spaces = row_cover(self.forest, store, grown, 0)
+            moved = wide_mask(cover, spaces)
+            self._stale_fallback += int(cover[moved].sum())
+            grown = grown[moved]
         owner, cids = self.access.lookup(parents)
         keep = alive[cids] & self.hashed.data[cids]
         if keep.any():
