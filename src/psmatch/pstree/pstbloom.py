@@ -9,6 +9,12 @@ Owns PSTBloom's two structures on top of the shared PS-Trees:
   ``not in``; :func:`psmatch.pstree.store.near_full`). Filed once instead of under nearly
   every space of the tree, so a flood of them costs linear memory; the event's trees
   give them as candidates, whose access predicate verification then checks.
+* *cells* (:class:`psmatch.pstree.cells.WideLists`): conjuncts whose access predicate
+  is wide in a fine tree (a fine value domain, whose spaces grow with the index), in
+  O(log cells) canonical segments instead of under each space; a conjunct whose access
+  predicate later splits make wide moves there, its list entries dropped at the next
+  compaction of the lists. Their candidates from an edge cell are verified from the
+  access predicate on.
 * *signatures*: per space, a Bloom filter (two hash functions, at least 8 bits per
   member) over the conjuncts whose *other* predicates cover the space. A candidate is
   dropped when the signature of the event's space in one of its other dimensions lacks

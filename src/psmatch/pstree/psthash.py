@@ -24,7 +24,13 @@ Owns PSTHash's structures on top of the shared PS-Trees:
   were such);
 * the *side lists*: tree id -> conjuncts whose first access predicate is near-full
   (``!=``, ``not in``): filed once, not under nearly every space of the tree, so a
-  flood of them stays linear; verification checks all their predicates.
+  flood of them stays linear; verification checks all their predicates;
+* the *cells* (:class:`psmatch.pstree.cells.WideLists`): fallback conjuncts whose first
+  access predicate is wide in a fine tree (a fine value domain), in O(log cells)
+  canonical segments instead of under each space. A hashed conjunct whose pairs later
+  splits grow past :data:`GROWN_KEYS` moves to the fallback lists or the cells, and a
+  fallback conjunct whose first predicate grows wide to the cells, so that what any
+  conjunct costs stays bounded however many bounds later conjuncts bring.
 
 The pairs found are candidates with both access predicates already true; verification
 checks the rest exactly. Cost per event: locating O(|E| log m), pairing O(sum over its
