@@ -60,6 +60,8 @@ sys.path.insert(0, str(REPO / "bench"))
 DOMAIN = 1_000_000
 ATTRIBUTES = 20
 WORKLOADS = ("begen", "fine2", "fine40", "hem")
+MATCHER_ORDER = ("bitset", "auto", "psthash", "pstbloom", "counting")
+"""The order of psmatch's matchers in the report (HEM's follow them)."""
 WALL_SLACK = 4
 """Wall-clock timeout of a run, in multiples of its CPU limit (``--timeout``)."""
 PARSE_SAMPLE = 10_000
@@ -259,14 +261,22 @@ def _mib(value: float) -> str:
 
 
 def command_line(argv: list[str]) -> str:
-    """The invocation as the report shows it."""
-    return shlex.join(["python", "bench/bench_domains.py", *argv])
+    """The invocation as the report shows it, ``--hem-dir``'s value as ``HEM`` (where the
+    checkout is belongs to the machine, not the report)."""
+    shown = list(argv)
+    for i, arg in enumerate(argv):
+        if arg == "--hem-dir" and i + 1 < len(argv):
+            shown[i + 1] = "HEM"
+        elif arg.startswith("--hem-dir="):
+            shown[i] = "--hem-dir=HEM"
+    return shlex.join(["python", "bench/bench_domains.py", *shown])
 
 
 def write_report(results: list[dict[str, Any]], args: argparse.Namespace, argv: list[str]) -> None:
     from host import cpu_model
 
     this_command = command_line(argv)
+    commands = list(dict.fromkeys(r.get("command", this_command) for r in results))
     lines = [
         "# Matchers across value domains and range widths",
         "",
@@ -276,12 +286,17 @@ def write_report(results: list[dict[str, Any]], args: argparse.Namespace, argv: 
         "single-threaded, and CPU time is what a shared machine does not inflate), batches of "
         f"{args.batch_size} over {args.events} events, and one at a time over {args.single}.",
         "",
+        "HEM5DD, Rein and Tama are the public HEM code's C++ matchers (`--hem-dir HEM`, a "
+        "checkout of github.com/shiwanghua/HEM; `bench/hem_driver.cpp`), on the same "
+        "subscriptions and events: they match one event "
+        "at a time (their figure stands in both ms columns), and their bytes are their own "
+        "estimate (`calMemory`, whole MB).",
+        "",
         "Commands (with `--results`, each invocation appended its rows to the results file "
         "and the last wrote this report from it; a row is the last run of its workload, "
-        "matcher and n):",
+        "matcher and n, and its last column is the number of its command):",
         "",
-        *(f"    {command}" for command in dict.fromkeys(
-            r.get("command", this_command) for r in results)),
+        *(f"    {i}. {command}" for i, command in enumerate(commands, 1)),
         "",
         f"Machine: {cpu_model()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, numpy {np.__version__}; one process at a time, "
@@ -290,24 +305,25 @@ def write_report(results: list[dict[str, Any]], args: argparse.Namespace, argv: 
         "",
         "| workload | matcher | n | build s | build CPU s | of which reading texts (est.) "
         "| estimated MiB | bytes / sub | peak RSS MiB "
-        "| ms / event batched | ms / event single | matches / event |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ms / event batched | ms / event single | matches / event | command |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    matchers = args.matchers.split(",")
+    order = [*MATCHER_ORDER, *HEM_MATCHERS]
     results = sorted(results, key=lambda r: (WORKLOADS.index(r["workload"]), r["n"],
-                                              matchers.index(r["matcher"])
-                                              if r["matcher"] in matchers else len(matchers)))
+                                              order.index(r["matcher"])
+                                              if r["matcher"] in order else len(order)))
     for r in results:
+        run = commands.index(r.get("command", this_command)) + 1
         if "error" in r:
             lines.append(f"| {r['workload']} | {r['matcher']} | {r['n']:,} | "
-                         f"{r['error']} | | | | | | | | |")
+                         f"{r['error']} | | | | | | | | | {run} |")
             continue
         lines.append(
             f"| {r['workload']} | {r['matcher']} | {r['n']:,} | {r['build_s']:.2f} | "
             f"{r['build_cpu_s']:.2f} | {r['parse_cpu_s']:.2f} | "
             f"{_mib(r['estimated_bytes'])} | {r['estimated_bytes'] / r['n']:,.0f} | "
             f"{_mib(r['peak_rss'])} | {r['batched_ms']:.3f} | {r['single_ms']:.3f} | "
-            f"{r['matches_per_event']:.1f} |")
+            f"{r['matches_per_event']:.1f} | {run} |")
     lines += ["", "![cost against n](bench-domains.png)", ""]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
