@@ -338,6 +338,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     ok = [r for r in results if "error" not in r]
+    order = [*MATCHER_ORDER, *HEM_MATCHERS]
     workloads = [w for w in WORKLOADS if any(r["workload"] == w for r in ok)]
     if not workloads:
         return
@@ -348,10 +349,14 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     for column, name in enumerate(workloads):
         for row, (metric, label) in enumerate(metrics):
             ax = axes[row][column]
-            for matcher in sorted({r["matcher"] for r in ok if r["workload"] == name}):
+            shown = {r["matcher"] for r in ok if r["workload"] == name}
+            for matcher in sorted(shown, key=lambda m: [*order, m].index(m)):
                 points = sorted((r["n"], r[metric]) for r in ok
                                 if r["workload"] == name and r["matcher"] == matcher)
-                ax.plot(*zip(*points, strict=True), marker="o", label=matcher)
+                # one colour per matcher in every panel; HEM's matchers dashed
+                ax.plot(*zip(*points, strict=True), marker="o", label=matcher,
+                        color=f"C{[*order, matcher].index(matcher) % 10}",
+                        linestyle="--" if matcher in HEM_MATCHERS else "-")
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("subscriptions")
