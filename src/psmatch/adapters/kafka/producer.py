@@ -13,7 +13,12 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 
-from psmatch.adapters.kafka.client import ClientErrors, KafkaServiceError, client_config
+from psmatch.adapters.kafka.client import (
+    ClientErrors,
+    KafkaAuthorizationError,
+    KafkaServiceError,
+    client_config,
+)
 from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
 
 
@@ -39,9 +44,12 @@ class JsonProducer:
         }
         self._producer = Producer(conf)
         self._errors: list[str] = []
+        self._denied: str | None = None  # a topic the broker refused a record of
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
+        if err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            self._denied = msg.topic()
+        elif err is not None:
             self._errors.append(f"{msg.topic()}: {err}")
 
     def send(
@@ -81,6 +89,10 @@ class JsonProducer:
         self._client_errors.check()
         if remaining:
             raise KafkaServiceError(f"{remaining} records not delivered within {timeout:.0f} s")
+        if self._denied is not None:
+            topic, self._denied = self._denied, None
+            raise KafkaAuthorizationError(f"not authorised to write topic {topic}: the "
+                                          "principal needs WRITE on it")  # fmt: skip
         if self._errors:
             errors, self._errors = self._errors, []
             raise KafkaServiceError(f"{len(errors)} records failed: {errors[:3]}")
