@@ -8,7 +8,8 @@ reads without a consumer group (it assigns partitions and keeps its offsets in t
 checkpoint), so it needs no group ACL. READ and WRITE imply DESCRIBE. ``psmatch tail``
 reads with a consumer group of its own (``psmatch-reader-<random>``, committing nothing),
 so a reader needs READ on the topic and on the groups with that prefix. Writing a
-subscription (``psmatch subscribe``) or an event needs WRITE on that topic alone.
+subscription (``psmatch subscribe``) or an event needs WRITE on that topic alone. A
+tenant's ACLs are :func:`psmatch.service.tenants.tenant_acls`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,20 @@ from psmatch.service.config import ServiceConfig
 
 
 def service_acls(config: ServiceConfig, principal: str) -> list[Acl]:
-    """The streaming job's ACLs for ``principal`` (``User:<name>``)."""
+    """The streaming job's ACLs for ``principal`` (``User:<name>``). With ``tenancy =
+    "topics"``, READ on every tenant's subscriptions topic and WRITE on every tenant's
+    notifications and rejected topics (prefixed ``<topic>.``: the tenants added later
+    too), and on its events and rejected topics as with one tenant; the tenants' topics
+    are ``psmatch tenants add``'s to create."""
     inputs = (config.subscriptions_topic, config.events_topic)
     outputs = (config.notifications_topic, config.rejected_topic)
+    if config.tenancy == "topics":
+        tenants = [Acl(principal, "READ", "topic", f"{config.subscriptions_topic}.", True),
+                   *(Acl(principal, "WRITE", "topic", f"{topic}.", True) for topic in outputs)]
+        own = (config.events_topic, config.rejected_topic)
+        return [*tenants, Acl(principal, "READ", "topic", config.events_topic),
+                Acl(principal, "WRITE", "topic", config.rejected_topic),
+                *(Acl(principal, "CREATE", "topic", topic) for topic in own)]  # fmt: skip
     return [
         *(Acl(principal, "READ", "topic", topic) for topic in inputs),
         *(Acl(principal, "WRITE", "topic", topic) for topic in outputs),

@@ -2,8 +2,10 @@
 
 Owns the four topics' settings (:func:`service_topics`: subscriptions compacted, the
 rest deleted by age), creating the missing ones (:func:`ensure_topics`), deleting
-topics (the tests and the benchmark), ACLs (:class:`Acl`, created with
-:func:`create_acls` through the broker's admin API) and :func:`wait_for_kafka`. A
+topics (the tests, the benchmark, ``psmatch tenants remove``), ACLs (:class:`Acl`,
+created, deleted and read with :func:`create_acls`, :func:`delete_acls` and
+:func:`topic_acls` through the broker's admin API), SCRAM users
+(:func:`set_scram_user`) and :func:`wait_for_kafka`. A
 refused login fails within about a second with
 :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`.
 """
@@ -185,3 +187,106 @@ def create_acls(
             future.result(timeout=timeout)
         except Exception as exc:
             raise KafkaServiceError(f"could not create the ACL {acl}: {exc}") from None
+
+
+def _filter(acl: Acl) -> Any:
+    """The ``AclBindingFilter`` that matches ``acl`` alone."""
+    from confluent_kafka.admin import AclBindingFilter
+
+    binding = acl.binding()
+    return AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type,
+                            binding.principal, binding.host, binding.operation,
+                            binding.permission_type)  # fmt: skip
+
+
+def delete_acls(
+    bootstrap_servers: str,
+    acls: Sequence[Acl],
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> int:
+    """Delete ``acls`` (those that do not exist are no error); how many the broker
+    deleted. The client's principal needs ALTER on the cluster."""
+    acls = list(dict.fromkeys(acls))
+    admin, errors = _admin(bootstrap_servers, security)
+    _list_topics(admin, errors, timeout)
+    deleted = 0
+    for acl, future in zip(acls, admin.delete_acls([_filter(a) for a in acls]).values(),
+                           strict=True):  # fmt: skip
+        try:
+            deleted += len(future.result(timeout=timeout))
+        except Exception as exc:
+            raise KafkaServiceError(f"could not delete the ACL {acl}: {exc}") from None
+    return deleted
+
+
+def topic_acls(
+    bootstrap_servers: str, topics: Sequence[str], timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> dict[str, list[Acl]]:  # fmt: skip
+    """The literal ALLOW ACLs on each of ``topics``, by topic."""
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin, errors = _admin(bootstrap_servers, security)
+    _list_topics(admin, errors, timeout)
+    found: dict[str, list[Acl]] = {}
+    for topic in topics:
+        query = AclBindingFilter(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, None,
+                                 None, AclOperation.ANY, AclPermissionType.ALLOW)  # fmt: skip
+        try:
+            bindings = admin.describe_acls(query).result(timeout=timeout)
+        except Exception as exc:
+            raise KafkaServiceError(f"could not read the ACLs of topic {topic}: {exc}") from None
+        found[topic] = [Acl(b.principal, b.operation.name, "topic", topic) for b in bindings]
+    return found
+
+
+def topic_names(
+    bootstrap_servers: str, timeout: float = 30.0, security: KafkaSecurity = PLAINTEXT
+) -> list[str]:
+    """The names of the broker's topics that the client may describe, sorted."""
+    admin, errors = _admin(bootstrap_servers, security)
+    return sorted(_list_topics(admin, errors, timeout).topics)
+
+
+def set_scram_user(
+    bootstrap_servers: str,
+    user: str,
+    password: str | None,
+    timeout: float = 30.0,
+    security: KafkaSecurity = PLAINTEXT,
+) -> None:
+    """Create or reset the SCRAM-SHA-512 credential of ``user`` with ``password``, or with
+    ``None`` delete it (a user without one is no error)."""
+    from confluent_kafka.admin import (
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin, errors = _admin(bootstrap_servers, security)
+    _list_topics(admin, errors, timeout)
+    if password is None:
+        change: Any = UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)
+    else:
+        change = UserScramCredentialUpsertion(
+            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
+    for future in admin.alter_user_scram_credentials([change]).values():
+        try:
+            future.result(timeout=timeout)
+        except Exception as exc:
+            err = exc.args[0] if exc.args else None
+            if (password is None and isinstance(err, KafkaError)
+                    and err.code() == KafkaError.RESOURCE_NOT_FOUND):  # fmt: skip
+                return
+            # the message names the user, never the password
+            raise KafkaServiceError(f"could not change the SCRAM user {user}: "
+                                    f"{err.str() if isinstance(err, KafkaError) else exc}"
+                                    ) from None  # fmt: skip

@@ -5,7 +5,8 @@ Subcommands: ``run`` (the streaming job, optionally starting local Kafka and Red
 :mod:`~psmatch.service.cli.servers`), ``subscribe``, ``unsubscribe``, ``publish`` and
 ``tail`` (records in and out, :mod:`~psmatch.service.cli.topics`), ``rebuild-state`` and
 ``explain`` (the subscription state in Redis, :mod:`~psmatch.service.cli.state`), ``acls``
-(the Kafka ACLs the service needs, :mod:`~psmatch.service.cli.acls`); the parser and the
+(the Kafka ACLs the service needs, :mod:`~psmatch.service.cli.acls`), ``tenants`` (a
+tenant's topics, ACLs and user, :mod:`~psmatch.service.cli.tenants`); the parser and the
 settings flags are :mod:`~psmatch.service.cli.parser`'s. Every setting of
 :class:`psmatch.service.config.ServiceConfig` is a flag on each subcommand and an
 environment variable ``PSMATCH_<NAME>``.

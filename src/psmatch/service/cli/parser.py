@@ -16,6 +16,7 @@ from psmatch.service.cli.acls import cmd_acls
 from psmatch.service.cli.run import cmd_run
 from psmatch.service.cli.servers import cmd_servers
 from psmatch.service.cli.state import cmd_explain, cmd_rebuild_state
+from psmatch.service.cli.tenants import cmd_tenants
 from psmatch.service.cli.topics import cmd_publish, cmd_subscribe, cmd_tail, cmd_unsubscribe
 from psmatch.service.config import VAR_DIR, ServiceConfig, field_type
 
@@ -191,4 +192,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the ACLs of a reader of the notifications topic instead")  # fmt: skip
     p.add_argument("--apply", action="store_true", help="create them through the admin API")
     p.set_defaults(func=cmd_acls)
+
+    p = sub.add_parser(
+        "tenants", parents=[parent], help="add, remove or list tenants (tenancy topics)",
+        description="With tenancy topics, each tenant NAME has its own subscriptions, "
+        "notifications and rejected topics (<topic>.NAME). add: create them, the ACLs of "
+        "the tenant's principal (WRITE and READ on its subscriptions topic, READ on its "
+        "notifications and rejected topics and on the psmatch-reader- groups) and, with "
+        "--password-file, its SCRAM-SHA-512 user NAME. remove: delete those ACLs and each "
+        "of its subscriptions (tombstones the job applies), with --user its SCRAM user, "
+        "with --delete-topics its topics (once the job has read the tombstones). list: "
+        "the tenants the broker holds. The connecting principal needs ALTER on the "
+        "cluster and CREATE on the topics.",
+    )  # fmt: skip
+    p.add_argument("action", choices=["add", "remove", "list"])
+    p.add_argument("name", nargs="?", metavar="NAME",
+                   help="the tenant: 1 to 63 of a-z, 0-9, _ and -, a letter or digit first")
+    p.add_argument("--principal",
+                   help="the tenant's principal (default: User:NAME; User:CN=... for a client "
+                   "certificate)")  # fmt: skip
+    p.add_argument("--password-file",
+                   help="add: create or reset the SCRAM-SHA-512 user NAME with the password "
+                   "in this file")  # fmt: skip
+    p.add_argument("--user", action="store_true", help="remove: delete the SCRAM user too")
+    p.add_argument("--delete-topics", action="store_true",
+                   help="remove: delete the tenant's topics too")  # fmt: skip
+    p.set_defaults(func=cmd_tenants)
     return parser
