@@ -1,6 +1,7 @@
 """Tenants on the real secured broker (``tenancy = "topics"``): alice and bob made by
 ``psmatch tenants add`` (their topics, ACLs and SCRAM users), one streaming query for the
-module reading every tenant's subscriptions topic by pattern. Each subscribes through
+module reading every tenant's subscriptions topic by pattern, as a principal with
+exactly the ACLs ``psmatch acls --tenancy topics`` prints. Each subscribes through
 its own topic and reads its own notifications alone; writing or reading another's topic
 is refused in one line; a record in alice's topic naming bob's id touches only alice's.
 """
@@ -26,6 +27,7 @@ from tests.service.test_security import (
     config_of,
     kafka_flags,
     redis_flags,
+    swap_flag,
     topic_flags,
 )
 
@@ -92,7 +94,14 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Te
         (folder / f"{user}.pw").write_text(f"{user}-{secured.kafka_password[::-1]}\n")
         assert main(["tenants", "add", user, "--password-file", str(folder / f"{user}.pw"),
                      *operator]) == 0  # fmt: skip
-    config = config_of(operator)
+    # the job as a principal with exactly what psmatch acls prints for this layout
+    job_password = folder / "ten-job.pw"
+    job_password.write_text(f"job-{secured.kafka_password[::-1]}\n")
+    secured.kafka.add_scram_users({"ten-job": job_password.read_text().strip()})
+    assert main(["acls", "--principal", "User:ten-job", "--apply", *operator]) == 0
+    job = swap_flag(swap_flag(operator, "--kafka-username", "ten-job"),
+                    "--kafka-password-file", str(job_password))  # fmt: skip
+    config = config_of(job)
     reports: list[Any] = []
     query = start_query(config, spark, on_report=reports.append)
     try:
@@ -203,3 +212,16 @@ def test_tenants_are_listed_and_removed(
     assert "carol" not in capsys.readouterr().out
     assert main(["tenants", "add", "Carol!", *operator]) == 2
     assert "a tenant's name is 1 to 63 of a-z" in capsys.readouterr().err
+
+
+def test_the_state_is_rebuilt_from_every_tenants_topic(
+    tenancy: Tenancy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = StateStore.from_url(tenancy.config.redis_connection_url, tenancy.config.redis_prefix)
+    before = {sub_id: store.get(sub_id) for sub_id in ("alice/cheap", "bob/cheap", "bob/bob-1")}
+    assert None not in before.values() and store.count() == 3
+    capsys.readouterr()
+    assert main(["rebuild-state", *tenancy.operator]) == 0
+    out = capsys.readouterr().out
+    assert "ten.subs.alice" in out and "ten.subs.bob" in out and ": 3 subscriptions" in out, out
+    assert {sub_id: store.get(sub_id) for sub_id in before} == before and store.count() == 3

@@ -1,7 +1,8 @@
 """``psmatch rebuild-state`` and ``psmatch explain``: the subscription state in Redis.
 
-Owns replaying the compacted subscriptions topic into a new state (each record decoded
-inside the per-record barrier: an invalid one is counted and skipped, never fatal) and
+Owns replaying the compacted subscriptions topic (with ``tenancy = "topics"``, every
+tenant's) into a new state (each record decoded inside the per-record barrier: an
+invalid one is counted and skipped, never fatal) and
 explaining a subscription against an event given on the command line: the one stored
 in Redis (an operator's tool), or, ``--from-topic``, the latest in the subscriptions
 topic, read with the caller's own Kafka credentials (what a subscriber may read).
@@ -35,15 +36,23 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     offsets: dict[str, int] = {}
     codes: Counter[str] = Counter()
     samples: list[str] = []
-    with TopicReader(
-        cfg.bootstrap_servers, cfg.subscriptions_topic, security=cfg.kafka_security
-    ) as reader:
-        records = reader.read_to_end(timeout=args.timeout)
-    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+    tenants: dict[str, str | None] = {cfg.subscriptions_topic: None}
+    if cfg.tenancy == "topics":  # every tenant's topic, its ids scoped as the job scopes them
+        from psmatch.adapters.kafka.admin import topic_names
+        from psmatch.service.records.tenants import tenant_of_topic
+
+        tenants = {name: tenant_of_topic(name, cfg.subscriptions_topic)
+                   for name in topic_names(cfg.bootstrap_servers, security=cfg.kafka_security)}
+        tenants = {name: tenant for name, tenant in tenants.items() if tenant is not None}
+    records = []
+    for topic in tenants:
+        with TopicReader(cfg.bootstrap_servers, topic, security=cfg.kafka_security) as reader:
+            records += reader.read_to_end(timeout=args.timeout)
+    for rec in sorted(records, key=lambda r: (r.topic, r.partition, r.offset)):
         source = f"{rec.topic}:{rec.partition}"
         offsets[source] = max(offsets.get(source, -1), rec.offset)
         try:  # the per-record barrier: no I/O inside
-            change = parse_subscription_record(rec.key, rec.value, limits)
+            change = parse_subscription_record(rec.key, rec.value, limits, tenants[rec.topic])
         except Exception as exc:
             error = record_error(exc)
             codes[error.code] += 1
@@ -64,7 +73,8 @@ def cmd_rebuild_state(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     version = store.rebuild(live, offsets)
     print(
         f"rebuilt the subscription state (Redis key prefix {cfg.redis_prefix!r}) from "
-        f"{len(records)} records of {cfg.subscriptions_topic}: {len(live)} subscriptions, "
+        f"{len(records)} records of {', '.join(tenants) or 'no tenant'}: {len(live)} "
+        "subscriptions, "
         f"{rejected} invalid records skipped" + (f" ({by_code})" if rejected else "")
         + f", version {version}"
     )
