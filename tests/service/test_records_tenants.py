@@ -102,8 +102,9 @@ def test_the_matches_tenants_and_own_ids_in_numpy_are_those_of_each_id() -> None
 
 
 def test_a_worker_writes_each_tenants_notifications_to_its_topic_with_its_own_ids() -> None:
-    """Matches of three tenants' subscriptions (two named alike, one with its own
-    subscriber, one defaulting to its key): each record to its tenant's topic, keyed and
+    """Matches of three tenants' subscriptions (two named alike, some with a subscriber
+    of their own, even the scoped id, some defaulting to the key): each record to its
+    tenant's topic, keyed and
     written with the tenant's own id, each tenant's records one run in the order matched;
     one tenant alone is one run too."""
     import pyarrow as pa
@@ -120,6 +121,7 @@ def test_a_worker_writes_each_tenants_notifications_to_its_topic_with_its_own_id
     index = WorkerIndex(make_matcher("scan"))
     subs = [("bob", b"s1", b'{"expr": "a < 10"}'), ("alice", b"s1", b'{"expr": "a < 10"}'),
             ("alice", b"bob-1", b'{"expr": "a < 5", "subscriber": "al@x"}'),
+            ("bob", b"b2", b'{"expr": "a = 3", "subscriber": "bob/b2"}'),
             ("carol", b"c", b'{"expr": "a > 100"}')]  # fmt: skip
     for tenant, key, value in subs:
         change = parse_subscription_record(key, value, DEFAULT_LIMITS, tenant)
@@ -142,10 +144,12 @@ def test_a_worker_writes_each_tenants_notifications_to_its_topic_with_its_own_id
         [("notif.alice", "s1", "s1", f"e{i}") for i in range(8)]
         + [("notif.alice", "bob-1", "al@x", f"e{i}") for i in range(5)])
     assert [e for _, sub, _, e in alice if sub == "s1"] == [f"e{i}" for i in range(8)]
-    assert [s for s in seen if s[0] == "notif.bob"] == [
+    bobs = [s for s in seen if s[0] == "notif.bob"]
+    assert [s for s in bobs if s[1] == "s1"] == [
         ("notif.bob", "s1", "s1", f"e{i}") for i in range(8)]
+    assert [s for s in bobs if s[1] != "s1"] == [("notif.bob", "b2", "bob/b2", "e3")]
     index.delete(["alice/s1", "alice/bob-1"])
     index.check()
     records = pa.Table.from_batches(list(match_rows(index, settings, rows, TaskMetrics())),
                                     OUTPUT_SCHEMA).to_pydict()  # fmt: skip
-    assert set(records["topic"]) == {"notif.bob"} and len(records["topic"]) == 8
+    assert set(records["topic"]) == {"notif.bob"} and len(records["topic"]) == 9

@@ -8,7 +8,8 @@ head and the event's tail:
 
 * the head (:func:`notification_head`, computed once per subscription a worker indexes):
   ``,"subscriber":<who>,"extra":<extra as stored>,``, the subscriber left out when it is
-  the subscription id; the writer then writes :data:`SUBSCRIBER_KEY` and the id again.
+  the subscription id (and the id holds no tenant); the writer then writes
+  :data:`SUBSCRIBER_KEY` and the id again.
   So a head holds nothing of its subscription's own, and the subscriptions of one
   subscriber, or of none but their ids, with the same extra fields share it;
 * the tail (:func:`notification_tail`, per event): ``"event_id":...,"event":<the bytes as
@@ -47,6 +48,7 @@ from psmatch.core.slot_ids import SlotIds
 from psmatch.service.records import _notification_writer
 from psmatch.service.records.common import RecordError
 from psmatch.service.records.subscriptions import SubscriptionRecord, dumps_extra, stored_fields
+from psmatch.service.records.tenants import SCOPE_SEPARATOR
 
 NOTIFICATION_PREFIX = b'{"subscription_id":'
 """How every notification value starts, before its subscription's id."""
@@ -98,7 +100,10 @@ def load_stored_head(sub_id: str, text: str) -> tuple[str, str]:
 
 
 def _head(sub_id: str, subscriber: str, extra: Mapping[str, Any]) -> str:
-    named = "" if subscriber == sub_id else _SUBSCRIBER_TEXT + _encode_string(subscriber)
+    # a scoped id (psmatch.service.records.tenants) is written without its tenant, so
+    # a subscriber equal to it is named, not left for the writer to repeat the id
+    default = subscriber == sub_id and SCOPE_SEPARATOR not in sub_id
+    named = "" if default else _SUBSCRIBER_TEXT + _encode_string(subscriber)
     return f'{named},"extra":{dumps_extra(dict(extra))},'
 
 
