@@ -10,7 +10,7 @@ A tenant's name is :data:`TENANT_PATTERN` (:func:`check_tenant`), so it holds no
 (:func:`scoped_id`), in Redis, the change log, the index and its snapshots alike, and a
 record of alice's topic keyed ``bob-1`` names ``alice/bob-1``, never bob's. Her
 notifications carry ``s`` again (:func:`split_scoped`; for a worker's matches at once,
-:func:`tenant_numbers` and :func:`own_ids`, in numpy).
+:func:`tenant_runs` and :func:`own_ids`, in numpy).
 """
 
 from __future__ import annotations
@@ -81,31 +81,41 @@ def _separators(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.n
     return starts, found[np.searchsorted(found, starts)]
 
 
-def tenant_numbers(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """The tenant of each scoped id of ``(offsets, data)`` (int64 offsets from 0, UTF-8
-    data, as :meth:`psmatch.core.matcher.SlotPath.ids_utf8` gives them) as a number, and
-    the tenants' names by number, in name order.
+def tenant_runs(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """For the scoped ids of ``(offsets, data)`` (int64 offsets from 0, UTF-8 data, as
+    :meth:`psmatch.core.matcher.SlotPath.ids_utf8` gives them): a stable order of them
+    that puts each tenant's together, the tenants in that order, and how many ids each
+    has.
 
-    Cost O(ids x the longest tenant name) in numpy, nothing per id in Python.
+    Cost O(ids x the longest tenant name / 8) in numpy: each tenant's name read as up to
+    eight 64-bit words and the ids sorted by them (``lexsort``, stable), no Python per id.
     """
     starts, ends = _separators(offsets, data)
+    n = len(starts)
+    if not n:
+        return np.empty(0, dtype=np.int64), [], np.empty(0, dtype=np.int64)
     lengths = ends - starts
-    width = int(lengths.max()) if len(lengths) else 0
+    width = max(8, -(-int(lengths.max()) // 8) * 8)
     columns = np.arange(width)
     inside = columns < lengths[:, None]
-    names = np.zeros((len(starts), width), dtype=np.uint8)  # no name holds a NUL byte
+    names = np.zeros((n, width), dtype=np.uint8)  # no name holds a NUL byte
     names[inside] = data[(starts[:, None] + columns)[inside]]
-    distinct, numbers = np.unique(names, axis=0, return_inverse=True)
-    return numbers.reshape(-1), [bytes(row[row != 0]).decode() for row in distinct]
+    words = names.view(np.uint64)
+    order = np.lexsort(words.T[::-1])
+    ranked = words[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = (ranked[1:] != ranked[:-1]).any(axis=1)
+    heads = np.flatnonzero(first)
+    counts = np.diff(np.append(heads, n))
+    return order, [bytes(row[row != 0]).decode() for row in names[order[heads]]], counts
 
 
 def own_ids(offsets: np.ndarray, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The scoped ids of ``(offsets, data)`` without their tenant: each tenant's own ids,
     in the same form. Cost O(ids + bytes) in numpy."""
     starts, ends = _separators(offsets, data)
-    edges = np.zeros(len(data) + 1, dtype=np.int64)
-    np.add.at(edges, starts, 1)
-    np.add.at(edges, ends + 1, -1)
+    size = len(data) + 1
+    edges = np.bincount(starts, minlength=size) - np.bincount(ends + 1, minlength=size)
     own = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(offsets[1:] - ends - 1, out=own[1:])
     return own, data[np.cumsum(edges[:-1]) == 0]
