@@ -71,6 +71,11 @@ class WideLists:
         self._positions: list[np.ndarray] = []
         self._flat: tuple[np.ndarray, np.ndarray] | None = None
 
+    @property
+    def active(self) -> bool:
+        """Whether any tree was ever anchored (no conjunct is wide before)."""
+        return self._next_slot > 0
+
     # -- filing ------------------------------------------------------------------------
 
     def file(self, forest: Forest, store: ConjunctStore, cids: np.ndarray,
@@ -297,6 +302,13 @@ def row_cover(forest: Forest, store: ConjunctStore, cids: np.ndarray,
     """Per conjunct: the spaces its k-th row covers now, and the spaces of its tree."""
     _, count, owner, spaces = row_spaces(forest, store, cids, k)
     return np.bincount(owner, weights=count, minlength=len(cids)).astype(np.int64), spaces
+
+
+def any_fine(forest: Forest) -> bool:
+    """Whether some tree of ``forest`` is fine (over :data:`FINE_SPACES` spaces): until
+    then no predicate goes to the cells, and a coarse index skips their bookkeeping."""
+    _, sizes, _ = forest.space_layout()
+    return len(sizes) > 0 and int(sizes.max()) > FINE_SPACES
 
 
 def wide_mask(cover: np.ndarray, tree_spaces: np.ndarray) -> np.ndarray:

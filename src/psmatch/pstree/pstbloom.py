@@ -50,7 +50,7 @@ from psmatch.core.columns import GrowableArray, expand_ranges, grown_capacity, z
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
 from psmatch.events import FlatEvent
-from psmatch.pstree.cells import FINE_SPACES, WideLists, row_cover, wide_mask
+from psmatch.pstree.cells import FINE_SPACES, WideLists, any_fine, row_cover, wide_mask
 from psmatch.pstree.matcher import ForestBatch, ForestMatcher
 from psmatch.pstree.spaces import Splits
 from psmatch.pstree.store import InsertedConjuncts
@@ -89,9 +89,12 @@ class PSTBloomMatcher(ForestMatcher):
         grown = self._on_splits(inserted.splits)
         store = self.store
         side = inserted.near_full(0)
-        _, sizes, _ = self.forest.space_layout()
-        wide = wide_mask(inserted.covered_count(0, ~side),
-                         sizes[store.pred_tree[store.pred_start.data[inserted.cids]]])
+        if any_fine(self.forest):
+            _, sizes, _ = self.forest.space_layout()
+            wide = wide_mask(inserted.covered_count(0, ~side),
+                             sizes[store.pred_tree[store.pred_start.data[inserted.cids]]])
+        else:
+            wide = np.zeros(len(inserted.cids), dtype=bool)
         cids, sids = inserted.covered(0, ~side & ~wide)
         self.lists.add(sids, cids.astype(np.int32))
         self.side.add(self.store.pred_tree[self.store.pred_start.data[
@@ -99,9 +102,12 @@ class PSTBloomMatcher(ForestMatcher):
         self.sig_mask.put(inserted.cids, 0)
         self._added_since_build += len(inserted.cids)
         # last: re-anchoring a tree may merge spaces, which the lists above were filed by
-        self.cells.file(self.forest, store, np.concatenate([inserted.cids, grown]),
-                        np.concatenate([wide, np.ones(len(grown), dtype=bool)]),
-                        inserted.splits.tree)
+        if len(grown):
+            self.cells.file(self.forest, store, np.concatenate([inserted.cids, grown]),
+                            np.concatenate([wide, np.ones(len(grown), dtype=bool)]),
+                            inserted.splits.tree)
+        else:
+            self.cells.file(self.forest, store, inserted.cids, wide, inserted.splits.tree)
         if self._stale_entries > max(4096, len(self.lists) // 4):
             self.lists.compact(self._keep_live)
             self._stale_entries = 0
@@ -121,10 +127,13 @@ class PSTBloomMatcher(ForestMatcher):
         parents = splits.sid
         new = splits.new_sids
         owner, cids = self.lists.lookup(parents)
-        at_home = ~self.cells.wide.data[cids]
-        owner, cids = owner[at_home], cids[at_home]
+        if self.cells.active:
+            at_home = ~self.cells.wide.data[cids]
+            owner, cids = owner[at_home], cids[at_home]
         self.lists.add(new[owner].ravel(), np.repeat(cids, 2))
         self._share_signatures(parents, new)
+        if not any_fine(self.forest):
+            return np.empty(0, dtype=np.int64)
         _, sizes, _ = self.forest.space_layout()
         fine = sizes[splits.tree[owner]] > FINE_SPACES
         return self._grown_wide(cids[fine & self.registry.alive.data[cids]])

@@ -47,7 +47,14 @@ import numpy as np
 from psmatch.core.columns import GrowableArray, distinct_sorted, expand_ranges, find_sorted
 from psmatch.core.multimap import MultiMap
 from psmatch.core.pipeline import Batch, Candidates
-from psmatch.pstree.cells import FINE_SPACES, WideLists, row_cover, row_spaces, wide_mask
+from psmatch.pstree.cells import (
+    FINE_SPACES,
+    WideLists,
+    any_fine,
+    row_cover,
+    row_spaces,
+    wide_mask,
+)
 from psmatch.pstree.kernels import (
     fallback_candidates,
     hashed_pair_entries,
@@ -105,8 +112,12 @@ class PSTHashMatcher(ForestMatcher):
         n_first = inserted.covered_count(0, ~side)
         n_second = inserted.covered_count(1, ~side & ~inserted.near_full(1))
         hashed = (n_second > 0) & (n_first * n_second <= MAX_KEYS)
-        _, sizes, _ = self.forest.space_layout()
-        wide = ~hashed & wide_mask(n_first, sizes[store.pred_tree[store.pred_start.data[cids]]])
+        if any_fine(self.forest):
+            _, sizes, _ = self.forest.space_layout()
+            wide = ~hashed & wide_mask(n_first,
+                                       sizes[store.pred_tree[store.pred_start.data[cids]]])
+        else:
+            wide = np.zeros(len(cids), dtype=bool)
         n_first[wide] = 0
         self.hashed.put(cids, hashed)
         first_cid, first_sid = inserted.covered(0, ~side & ~wide)
@@ -129,9 +140,12 @@ class PSTHashMatcher(ForestMatcher):
         self.fallback.add(fallback_key(first_sid[~in_hash], self._second_tree(fallback_cid)),
                           fallback_cid.astype(np.int32))
         # last: re-anchoring a tree may merge spaces, which the entries above were filed by
-        self.cells.file(self.forest, store, np.concatenate([cids, grown]),
-                        np.concatenate([wide, np.ones(len(grown), dtype=bool)]),
-                        inserted.splits.tree)
+        if len(grown):
+            self.cells.file(self.forest, store, np.concatenate([cids, grown]),
+                            np.concatenate([wide, np.ones(len(grown), dtype=bool)]),
+                            inserted.splits.tree)
+        else:
+            self.cells.file(self.forest, store, cids, wide, inserted.splits.tree)
         self._compact_stale()
 
     def _compact_stale(self) -> None:
@@ -209,12 +223,15 @@ class PSTHashMatcher(ForestMatcher):
         _, sizes, _ = self.forest.space_layout()
         alive = self.registry.alive.data
         owner, keys, fallback = self.fallback.lookup_ranges(*_space_range(parents))
-        at_home = ~self.cells.wide.data[fallback]
-        owner, keys, fallback = owner[at_home], keys[at_home], fallback[at_home]
+        if self.cells.active:
+            at_home = ~self.cells.wide.data[fallback]
+            owner, keys, fallback = owner[at_home], keys[at_home], fallback[at_home]
         self.fallback.add(fallback_key(new_sids[owner].ravel(), np.repeat(keys & _LOW, 2)),
                           np.repeat(fallback, 2))
-        grown = np.unique(fallback[(sizes[splits.tree[owner]] > FINE_SPACES)
-                                   & alive[fallback]]).astype(np.int64)
+        grown = np.empty(0, dtype=np.int64)
+        if any_fine(self.forest):
+            grown = np.unique(fallback[(sizes[splits.tree[owner]] > FINE_SPACES)
+                                       & alive[fallback]]).astype(np.int64)
         if len(grown):
             cover, spaces = row_cover(self.forest, store, grown, 0)
             moved = wide_mask(cover, spaces)
