@@ -161,6 +161,19 @@ def test_a_tenant_may_not_read_anothers_notifications(
                         "needs READ on it")  # fmt: skip
 
 
+def test_a_tenant_explains_its_own_subscription_and_no_others(
+    tenancy: Tenancy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    capsys.readouterr()
+    assert main(["explain", "--from-topic", "cheap", '{"price": 12}', "--timeout", "30",
+                 *tenancy.as_tenant("alice")]) == 0  # fmt: skip
+    assert capsys.readouterr().out.startswith("subscription cheap: price < 20")
+    line = refusal(["explain", "--from-topic", "cheap", '{"price": 12}', "--timeout", "30",
+                    *tenancy.as_tenant("alice", "bob")], capsys)  # fmt: skip
+    assert line == ("psmatch explain: not authorised to read topic ten.subs.bob: the "
+                    "principal needs READ on it")  # fmt: skip
+
+
 def test_a_record_in_alices_topic_naming_bobs_id_touches_only_alices(
     tenancy: Tenancy, capsys: pytest.CaptureFixture[str]
 ) -> None:
