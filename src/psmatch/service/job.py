@@ -483,8 +483,12 @@ def start_query(
     log.info(
         "streaming query started: %s + %s -> %s / %s (matcher %s, shards %d, trigger %.1f s, "
         "checkpoint %s, Redis %s with key prefix %r, Kafka %s over %s)",
-        config.subscriptions_topic, config.events_topic, config.notifications_topic,
-        config.rejected_topic, config.matcher, config.shards, config.trigger_seconds,
+        *((f"{config.subscriptions_topic}.<tenant>", config.events_topic,
+           f"{config.notifications_topic}.<tenant>", f"{config.rejected_topic}(.<tenant>)")
+          if config.tenancy == "topics" else
+          (config.subscriptions_topic, config.events_topic, config.notifications_topic,
+           config.rejected_topic)),
+        config.matcher, config.shards, config.trigger_seconds,
         config.checkpoint_location, config.redis_display_url, config.redis_prefix,
         config.bootstrap_servers, config.kafka_security_protocol,
     )  # fmt: skip
