@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 from psmatch.adapters.redis_retry import redis_retry_stats
 from psmatch.errors import PsmatchError
 from psmatch.service.records.common import REJECT_CODES
+from psmatch.service.records.tenants import tenant_of_topic
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -139,9 +140,12 @@ class ServiceMetrics:
         subscriptions_topic: str = "psmatch.subscriptions",
         events_topic: str = "psmatch.events",
         registry: CollectorRegistry | None = None,
+        tenants: bool = False,
     ) -> None:
         self.registry = CollectorRegistry() if registry is None else registry
         self._inputs = {subscriptions_topic: "subscriptions", events_topic: "events"}
+        # tenancy topics: every tenant's subscriptions topic counts as the subscriptions
+        self._tenants_of = subscriptions_topic if tenants else None
         r = self.registry
         # -- counters (the client appends _total) ---------------------------------------
         self.batches = Counter(
@@ -357,6 +361,9 @@ class ServiceMetrics:
             end = _offsets(source.get("endOffset"))
             for topic, partitions in latest.items():
                 name = self._inputs.get(topic)
+                if name is None and self._tenants_of is not None and tenant_of_topic(
+                        topic, self._tenants_of) is not None:  # fmt: skip
+                    name = "subscriptions"
                 if name is None:
                     continue
                 seen = True

@@ -90,7 +90,8 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     data_dir = Path(args.data_dir)
     ours: list[str] = []
     query = None
-    metrics = ServiceMetrics(cfg.subscriptions_topic, cfg.events_topic)
+    metrics = ServiceMetrics(cfg.subscriptions_topic, cfg.events_topic,
+                             tenants=cfg.tenancy == "topics")  # fmt: skip
     metrics_server = metrics.serve(cfg.metrics_port, cfg.metrics_host) if cfg.metrics_port else None
     stopping = False
 
