@@ -158,3 +158,19 @@ def test_a_worker_writes_each_tenants_notifications_to_its_topic_with_its_own_id
     records = pa.Table.from_batches(list(match_rows(index, settings, rows, TaskMetrics())),
                                     OUTPUT_SCHEMA).to_pydict()  # fmt: skip
     assert set(records["topic"]) == {"notif.bob"} and len(records["topic"]) == 9
+
+
+def test_the_lag_of_every_tenants_subscriptions_topic_is_the_subscriptions_lag() -> None:
+    from psmatch.service.metrics import ServiceMetrics
+
+    progress = {"sources": [{
+        "endOffset": {"ev": {"0": 20}, "subs.alice": {"0": 5}, "subs.bob": {"0": 1}},
+        "latestOffset": {"ev": {"0": 25}, "subs.alice": {"0": 7}, "subs.bob": {"0": 4},
+                         "other": {"0": 9}},
+    }]}  # fmt: skip
+    for tenants, behind in ((True, 5), (False, 0)):
+        m = ServiceMetrics("subs", "ev", tenants=tenants)
+        m.observe_progress(progress)
+        sample = m.registry.get_sample_value
+        assert sample("psmatch_input_offsets_behind_latest", {"input": "subscriptions"}) == behind
+        assert sample("psmatch_input_offsets_behind_latest", {"input": "events"}) == 5
