@@ -38,10 +38,10 @@ from psmatch.bitset.cells import Dimension, clear_bits, set_bits
 from psmatch.bitset.rows import PredicateRows, bound_keys
 from psmatch.core.columns import GrowableArray, expand_ranges, find_sorted
 from psmatch.core.matcher import MatcherStats
-from psmatch.core.pipeline import Batch, Candidates, IndexedMatcher
+from psmatch.core.pipeline import Batch, Candidates, ColumnarMatcher
 from psmatch.events import FlatEvent
-from psmatch.language import KIND_OF_CLASS, KIND_OF_CODE, Conjunct, Kind
-from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
+from psmatch.language import KIND_OF_CLASS, KIND_OF_CODE, Kind
+from psmatch.language.columns import ConjunctColumns
 
 EVENTS_AT_ONCE = 64
 """Events whose fail bitsets are ORed together, a block of words at a time."""
@@ -66,7 +66,7 @@ class BitsetBatch(Batch):
     d: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
 
-class BitsetMatcher(IndexedMatcher):
+class BitsetMatcher(ColumnarMatcher):
     """Fail bitsets per cell of each (attribute, kind), exact tests at the bounds."""
 
     name = "bitset"
@@ -93,17 +93,6 @@ class BitsetMatcher(IndexedMatcher):
             index = self.dim_of[attribute, kind] = len(self.dims)
             self.dims.append(Dimension(attribute, kind))
         return index
-
-    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
-        conjuncts = columns.conjuncts
-        cids = self.registry.allocate(np.repeat(slots, columns.conjunct_count),
-                                      conjuncts.predicate_count)  # fmt: skip
-        residual = np.flatnonzero(self._file_columns(cids, conjuncts))
-        if len(residual):
-            self.registry.mark_residual(cids[residual], conjuncts.conjuncts(residual.tolist()))
-
-    def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
-        return self._file_columns(cids, ConjunctColumns.of_conjuncts(conjuncts))
 
     def _file_columns(self, cids: np.ndarray, columns: ConjunctColumns) -> np.ndarray:
         """File new conjuncts given as columns; returns the mask of residual ones. Cost

@@ -22,6 +22,10 @@ all indexes (every matcher but the reference ``scan``):
   (:meth:`psmatch.core.registry.ConjunctRegistry.keep_satisfied`), and finally the
   distinct (event, subscription slot) pairs, by event.
 
+:class:`ColumnarMatcher` is an indexed matcher whose family files normal-form columns
+(:meth:`ColumnarMatcher._file_columns`): the service's columns and ``add_many``'s bulk
+scan reach it with no object per conjunct.
+
 Chunks keep a batch's intermediate columns bounded: a chunk is sized so that its work
 (hits, candidates, counter cells: what the family reports) stays near
 :data:`WORK_BUDGET`, estimated from the previous chunk (the first chunk of a fresh
@@ -41,6 +45,7 @@ from psmatch.core.matcher import Matcher, MatcherStats
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.events import FlatEvent
 from psmatch.language import Conjunct, Subscription
+from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
 
 WORK_BUDGET = 1 << 17
 """Work (candidate pairs, hits, counter cells) one chunk should do: 1 MiB per column. A
@@ -199,3 +204,24 @@ class IndexedMatcher(Matcher):
     @abstractmethod
     def _structure_bytes(self) -> int:
         """Estimated bytes of the family's structures (the registry is counted apart)."""
+
+
+class ColumnarMatcher(IndexedMatcher):
+    """An indexed matcher whose family files conjuncts given as columns: conjunct
+    objects are turned into columns, and normal-form columns are filed as they are."""
+
+    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
+        conjuncts = columns.conjuncts
+        cids = self.registry.allocate(np.repeat(slots, columns.conjunct_count),
+                                      conjuncts.predicate_count)  # fmt: skip
+        residual = np.flatnonzero(self._file_columns(cids, conjuncts))
+        if len(residual):
+            self.registry.mark_residual(cids[residual], conjuncts.conjuncts(residual.tolist()))
+
+    def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
+        return self._file_columns(cids, ConjunctColumns.of_conjuncts(conjuncts))
+
+    @abstractmethod
+    def _file_columns(self, cids: np.ndarray, columns: ConjunctColumns) -> np.ndarray:
+        """Index new conjuncts, given as columns, under their cids; returns the mask of
+        residual ones."""

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from psmatch.core.multimap import MultiMap
-from psmatch.core.pipeline import Batch, Candidates, IndexedMatcher
+from psmatch.core.pipeline import Batch, Candidates, ColumnarMatcher
 from psmatch.events import FlatEvent
-from psmatch.language import Conjunct
-from psmatch.language.columns import ConjunctColumns, SubscriptionColumns
+from psmatch.language.columns import ConjunctColumns
 from psmatch.pstree.forest import Forest, LocatedBatch
 from psmatch.pstree.store import ConjunctStore, InsertedConjuncts
 
@@ -51,7 +50,7 @@ class ForestBatch(Batch):
         return self._chunk[2], self._chunk[3]
 
 
-class ForestMatcher(IndexedMatcher):
+class ForestMatcher(ColumnarMatcher):
     """Base of the matchers whose conjuncts are rows over the PS-Tree forest."""
 
     def __init__(self) -> None:
@@ -60,17 +59,6 @@ class ForestMatcher(IndexedMatcher):
         self.store = ConjunctStore(self.forest, self.registry)
 
     # -- life cycle --------------------------------------------------------------------
-
-    def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
-        conjuncts = columns.conjuncts
-        cids = self.registry.allocate(np.repeat(slots, columns.conjunct_count),
-                                      conjuncts.predicate_count)  # fmt: skip
-        residual = np.flatnonzero(self._file_columns(cids, conjuncts))
-        if len(residual):
-            self.registry.mark_residual(cids[residual], conjuncts.conjuncts(residual.tolist()))
-
-    def _file(self, cids: np.ndarray, conjuncts: list[Conjunct]) -> np.ndarray:
-        return self._file_columns(cids, ConjunctColumns.of_conjuncts(conjuncts))
 
     def _file_columns(self, cids: np.ndarray, conjuncts: ConjunctColumns) -> np.ndarray:
         """File new conjuncts given as columns; returns the mask of residual ones."""
