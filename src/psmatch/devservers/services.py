@@ -31,6 +31,17 @@ class LocalServices:
     base_dir: Path
 
 
+def _start_pair(kafka: KafkaBroker, redis_server: RedisServer) -> None:
+    """Start Redis, then Kafka; should either fail, stop both and re-raise."""
+    try:
+        redis_server.start()
+        kafka.start()
+    except BaseException:
+        redis_server.stop()
+        kafka.stop()
+        raise
+
+
 _shared: LocalServices | None = None
 _shared_refs = 0
 _shared_lock = threading.Lock()
@@ -48,13 +59,7 @@ def shared_services() -> LocalServices:
             base = Path(tempfile.mkdtemp(prefix="psmatch-services-"))
             kafka = KafkaBroker(base / "kafka")
             redis_server = RedisServer(base / "redis")
-            try:
-                redis_server.start()
-                kafka.start()
-            except BaseException:
-                redis_server.stop()
-                kafka.stop()
-                raise
+            _start_pair(kafka, redis_server)
             _shared = LocalServices(kafka, redis_server, base)
             atexit.register(_stop_shared)
         _shared_refs += 1
@@ -115,13 +120,7 @@ def secured_services() -> SecuredServices:
                                 super_users=(SERVICE_USER, f"CN={SERVICE_USER}"))  # fmt: skip
             redis_server = RedisServer(base / "redis", ca=ca, users={SERVICE_USER: redis_pw},
                                        tls_auth_clients="optional")  # fmt: skip
-            try:
-                redis_server.start()
-                kafka.start()
-            except BaseException:
-                redis_server.stop()
-                kafka.stop()
-                raise
+            _start_pair(kafka, redis_server)
             _secured = SecuredServices(kafka, redis_server, ca, base, kafka_pw, redis_pw)
             atexit.register(_stop_secured)
         return _secured

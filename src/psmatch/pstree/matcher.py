@@ -1,7 +1,7 @@
 """What every matcher built on the PS-Tree forest shares: set-up, batches, verification.
 
 Owns :class:`ForestMatcher`, the base of PSTBloom, PSTHash, OpIndex and BE-Tree on
-top of the shared pipeline (:class:`psmatch.core.pipeline.IndexedMatcher`): the forest of
+top of the shared pipeline (:class:`psmatch.core.pipeline.ColumnarMatcher`): the forest of
 PS-Trees (:class:`psmatch.pstree.forest.Forest`) is their value encoding and the
 :class:`psmatch.pstree.store.ConjunctStore` holds their conjuncts' predicate rows.
 Filing stores the rows (inserting bounds, which may split spaces) and hands them to the
