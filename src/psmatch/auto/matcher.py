@@ -9,9 +9,8 @@ slot (``matcher.internal``) works through it unchanged.
 * **filing** (objects or normal-form columns, read as columns once):
   :func:`psmatch.auto.routing.route` gives each conjunct a reason and so a family; each
   family gets its conjuncts, a subscription with conjuncts in both families under its
-  one slot in each: PSTHash as columns (cut by
-  :func:`psmatch.auto.split.select_conjuncts`), which it files as they are, the bitset
-  family as objects. The rule and why are in :mod:`psmatch.auto.routing`;
+  one slot in each, as columns (cut by :func:`psmatch.auto.split.select_conjuncts`),
+  which both file as they are. The rule and why are in :mod:`psmatch.auto.routing`;
 * **removal** takes each slot out of the families it has conjuncts in;
 * **matching** asks each family holding conjuncts for its (event, slot) pairs and, when
   both do, merges them, by event and each pair once (a subscription may match through a
@@ -50,27 +49,6 @@ _FAMILY_CODE = np.array([FAMILIES.index(f) for f in FAMILY_OF], dtype=np.int8)
 
 
 _CONJUNCTS, _TEXT = attrgetter("conjuncts"), attrgetter("text")
-
-
-def _files_columns(family: Matcher) -> bool:
-    """Whether ``family`` files normal-form columns as they are (it overrides
-    ``_insert_columns``) rather than building their objects."""
-    return type(family)._insert_columns is not Matcher._insert_columns
-
-
-def _picked(slots: np.ndarray, subscriptions: list[Subscription], keep: np.ndarray
-            ) -> list[tuple[int, Subscription]]:  # fmt: skip
-    """Each subscription with a conjunct where ``keep`` (per conjunct, in order) holds,
-    under its slot, with only those conjuncts."""
-    out = []
-    flags = iter(keep.tolist())
-    for slot, subscription in zip(slots.tolist(), subscriptions, strict=True):
-        picked = tuple(c for c in subscription.conjuncts if next(flags))
-        if len(picked) == len(subscription.conjuncts):
-            out.append((slot, subscription))
-        elif picked:
-            out.append((slot, Subscription(subscription.text, picked)))
-    return out
 
 
 class FamilySlots:
@@ -143,17 +121,12 @@ class AutoMatcher(Matcher):
         columns = SubscriptionColumns(
             list(map(_TEXT, subscriptions)), counts, ConjunctColumns.of_conjuncts(
                 list(chain.from_iterable(map(_CONJUNCTS, subscriptions)))))
-        self._file(np.fromiter((slot for slot, _ in batch), np.int64, len(batch)), columns,
-                   subscriptions)
+        self._insert_columns(np.fromiter((slot for slot, _ in batch), np.int64, len(batch)),
+                             columns)
 
     def _insert_columns(self, slots: np.ndarray, columns: SubscriptionColumns) -> None:
-        self._file(slots, columns, None)
-
-    def _file(self, slots: np.ndarray, columns: SubscriptionColumns,
-              subscriptions: list[Subscription] | None) -> None:
         """Route the conjuncts of ``columns`` (the subscriptions under ``slots``) and
-        hand each family its own: as columns to a family that files them, as objects to
-        one that would build them (from ``subscriptions`` when given)."""
+        hand each family its own, as columns."""
         reason = route(columns.conjuncts, self.domains)
         family_of = _FAMILY_CODE[reason]
         at = np.repeat(slots, columns.conjunct_count)
@@ -161,9 +134,7 @@ class AutoMatcher(Matcher):
             keep = family_of == index
             if not keep.any():
                 continue
-            if subscriptions is not None and not _files_columns(family):
-                family._insert_many(_picked(slots, subscriptions, keep))
-            elif keep.all():
+            if keep.all():
                 family._insert_columns(slots, columns)
             else:
                 held, part = select_conjuncts(columns, keep)
