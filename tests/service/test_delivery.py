@@ -28,7 +28,7 @@ from tests.service.test_end_to_end import (
 )
 from tests.service.workload import random_subscriptions
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 def committed_notifications(config: ServiceConfig) -> Counter[tuple[str, str]]:
@@ -39,12 +39,18 @@ def committed_notifications(config: ServiceConfig) -> Counter[tuple[str, str]]:
     return Counter((v["subscription_id"], v["event_id"]) for v in values)
 
 
+def committed_batches(checkpoint: str) -> list[int]:
+    """The ids of the batches Spark's commit log holds."""
+    commits = Path(checkpoint) / "commits"
+    return [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.exists() else []
+
+
 def forget_last_batch(checkpoint: str) -> int:
     """Delete the commit log entry of the query's last batch, as a ``kill -9`` between
     its writes and Spark's commit leaves it: the next start runs that batch again.
     Returns its id."""
     commits = Path(checkpoint) / "commits"
-    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    last = max(committed_batches(checkpoint))
     (commits / str(last)).unlink()
     (commits / f".{last}.crc").unlink(missing_ok=True)
     return last
@@ -70,13 +76,16 @@ def test_a_batch_run_again_writes_again_only_at_least_once(
         for ev_id, event in events.items():
             producer.send(config.events_topic, event, key=ev_id)
     # a long trigger: the first batch reads every record, its commit is the last
-    with running(config, spark) as service:
-        service.wait_for_events(len(events))
+    with running(config, spark) as service:  # a loaded machine may take minutes
+        service.wait_for_events(len(events), timeout=240)
+        # the batch reports before Spark logs it as done: stop only once it has
+        wait_until(lambda: bool(committed_batches(config.checkpoint_location)), 60,
+                   "Spark's commit of the batch", service.query)  # fmt: skip
     first = service.reports
     assert sum(r.notifications for r in first) == len(expected)
     replayed = forget_last_batch(config.checkpoint_location)
     with running(config, spark) as service:
-        wait_until(lambda: bool(service.reports), 60, "the batch run again", service.query)
+        wait_until(lambda: bool(service.reports), 240, "the batch run again", service.query)
     (again,) = service.reports
     assert again.batch_id == replayed
     got = committed_notifications(config)
