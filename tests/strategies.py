@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from psmatch.core.matcher import Matcher
 from psmatch.errors import ExpressionError
 from psmatch.language import Predicate, Subscription, parse_subscription
+from psmatch.matchers import make_matcher
 
 ATTRIBUTES = ["a", "b", "c", "u.v", "`odd name`"]
 NUMBERS = [0, 1, -1, 2, 3, 7, 2.5, -0.0, 0.5, 2**53, 2**53 + 1, 2**53 + 2, 2.0**53,
@@ -131,6 +133,31 @@ def wide_events(draw: st.DrawFn) -> dict:
     if draw(st.booleans()):
         event["a"] = draw(st.integers(-1, FLOOD_VALUES))
     return event
+
+
+def replay_against_scan(matcher: Matcher, ops: list, batch: list[dict]) -> None:
+    """Apply ``ops`` (``("add", key, text)``, a replacement when the key is held;
+    ``("remove", key, _)``; anything else: a match) to ``matcher`` and to ``scan`` alike,
+    texts that do not parse skipped; after each, ``check()`` and the same size, and at a
+    match and at the end, the same answers for ``batch``."""
+    scan = make_matcher("scan")
+    for op, key, text in ops:
+        sub_id = str(key)
+        if op == "add":
+            try:
+                subscription = parse_subscription(text)
+            except ExpressionError:
+                continue
+            matcher.add(sub_id, subscription)
+            scan.add(sub_id, subscription)
+        elif op == "remove" and sub_id in scan:
+            matcher.remove(sub_id)
+            scan.remove(sub_id)
+        else:
+            assert matcher.match_batch(batch) == scan.match_batch(batch)
+        matcher.check()
+        assert len(matcher) == len(scan)
+    assert matcher.match_batch(batch) == scan.match_batch(batch)
 
 
 def parsed(texts: list[str]) -> list[Subscription]:

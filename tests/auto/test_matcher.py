@@ -14,13 +14,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from psmatch import ExpressionError, make_matcher
+from psmatch import make_matcher
 from psmatch.auto import routing
 from psmatch.language import parse_subscription
 from psmatch.service.records.normal_forms import dump_normal_form, load_normal_forms
 from psmatch.service.records.notifications import NotificationHeads
 from psmatch.service.snapshots import load_snapshot, save_snapshot
-from tests.strategies import events, expressions
+from tests.strategies import events, expressions, parsed, replay_against_scan
 
 FINE = 10**6
 ATTRIBUTES = [f"a{i}" for i in range(5)]
@@ -75,16 +75,6 @@ def domain_events(draw: st.DrawFn) -> dict:
     return event
 
 
-def _parsed(texts: list[str]) -> list:
-    out = []
-    for text in texts:
-        try:
-            out.append(parse_subscription(text))
-        except ExpressionError:
-            continue
-    return out
-
-
 def _agree(subscriptions: list, batch: list[dict]) -> None:
     matcher, scan = make_matcher("auto"), make_matcher("scan")
     for i, subscription in enumerate(subscriptions):
@@ -110,7 +100,7 @@ def _agree(subscriptions: list, batch: list[dict]) -> None:
 def test_coarse_and_fine_domains_agree_with_scan(texts: list[str], batch: list[dict],
                                                  bound: int) -> None:
     with coarse_bounds(bound):
-        _agree(_parsed(texts), batch)
+        _agree(parsed(texts), batch)
 
 
 @given(st.lists(expressions(), min_size=5, max_size=60),
@@ -119,7 +109,7 @@ def test_coarse_and_fine_domains_agree_with_scan(texts: list[str], batch: list[d
 def test_every_operator_and_kind_agrees_with_scan(texts: list[str], batch: list[dict],
                                                   bound: int) -> None:
     with coarse_bounds(bound):
-        _agree(_parsed(texts), batch)
+        _agree(parsed(texts), batch)
 
 
 @given(st.lists(st.tuples(st.sampled_from(["add", "add", "remove", "match"]),
@@ -128,25 +118,8 @@ def test_every_operator_and_kind_agrees_with_scan(texts: list[str], batch: list[
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_add_replace_remove_agree_with_scan_after_each_mutation(ops: list, batch: list[dict],
                                                                 bound: int) -> None:
-    matcher, scan = make_matcher("auto"), make_matcher("scan")
     with coarse_bounds(bound):
-        for op, key, text in ops:
-            sub_id = str(key)
-            if op == "add":  # a replacement when the id is held
-                try:
-                    subscription = parse_subscription(text)
-                except ExpressionError:
-                    continue
-                matcher.add(sub_id, subscription)
-                scan.add(sub_id, subscription)
-            elif op == "remove" and sub_id in scan:
-                matcher.remove(sub_id)
-                scan.remove(sub_id)
-            else:
-                assert matcher.match_batch(batch) == scan.match_batch(batch)
-            matcher.check()
-            assert len(matcher) == len(scan)
-        assert matcher.match_batch(batch) == scan.match_batch(batch)
+        replay_against_scan(make_matcher("auto"), ops, batch)
 
 
 def _fine_ranges(n: int, seed: int, width: float = 0.02) -> list[tuple[str, str]]:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from psmatch import ExpressionError, make_matcher
 from psmatch.language import parse_subscription
-from tests.strategies import events, expressions, literal
+from tests.strategies import events, expressions, literal, replay_against_scan
 
 FINE = 10**6
 ATTRIBUTES = [f"a{i}" for i in range(6)]
@@ -105,23 +105,7 @@ def test_ints_past_two_to_the_53_compare_exactly(comparisons: list, values: list
        st.lists(fine_events(), min_size=1, max_size=8))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_churn_agrees_with_scan_after_each_mutation(ops: list, batch: list[dict]) -> None:
-    matcher, scan = make_matcher("bitset"), make_matcher("scan")
-    for op, key, text in ops:
-        sub_id = str(key)
-        if op == "add":
-            try:
-                subscription = parse_subscription(text)
-            except ExpressionError:
-                continue
-            matcher.add(sub_id, subscription)
-            scan.add(sub_id, subscription)
-        elif op == "remove" and sub_id in scan:
-            matcher.remove(sub_id)
-            scan.remove(sub_id)
-        else:
-            assert matcher.match_batch(batch) == scan.match_batch(batch)
-        matcher.check()
-    assert matcher.match_batch(batch) == scan.match_batch(batch)
+    replay_against_scan(make_matcher("bitset"), ops, batch)
 
 
 def test_strings_booleans_and_patterns() -> None:
