@@ -42,6 +42,13 @@ def _start_pair(kafka: KafkaBroker, redis_server: RedisServer) -> None:
         raise
 
 
+def _stop_pair(kafka: KafkaBroker, redis_server: RedisServer, base_dir: Path) -> None:
+    """Stop both servers and remove their folder."""
+    kafka.stop()
+    redis_server.stop()
+    shutil.rmtree(base_dir, ignore_errors=True)
+
+
 _shared: LocalServices | None = None
 _shared_refs = 0
 _shared_lock = threading.Lock()
@@ -78,9 +85,7 @@ def _stop_shared() -> None:
     global _shared
     if _shared is not None:
         services, _shared = _shared, None
-        services.kafka.stop()
-        services.redis.stop()
-        shutil.rmtree(services.base_dir, ignore_errors=True)
+        _stop_pair(services.kafka, services.redis, services.base_dir)
 
 
 SERVICE_USER = "psmatch"
@@ -130,6 +135,4 @@ def _stop_secured() -> None:
     global _secured
     if _secured is not None:
         services, _secured = _secured, None
-        services.kafka.stop()
-        services.redis.stop()
-        shutil.rmtree(services.base_dir, ignore_errors=True)
+        _stop_pair(services.kafka, services.redis, services.base_dir)
