@@ -18,7 +18,10 @@ work the workers would otherwise spend in Python.
 Everything librdkafka reports reaches Python only from :meth:`BatchProducer.poll` and
 :meth:`BatchProducer.flush`, in the calling thread: delivery failures (only failures are
 reported: ``delivery.report.only.error``), client errors (``error_cb``) and librdkafka's
-log (``log.queue``, forwarded to the main queue).
+log (``log.queue``, forwarded to the main queue). A producer with a ``transactional.id``
+also has librdkafka's transaction calls (:meth:`BatchProducer.init_transactions` and the
+methods after it), each failing with a :class:`TransactionFailure` that says whether
+the call may be retried, the transaction aborted, or the producer is done for.
 """
 
 from __future__ import annotations
@@ -56,6 +59,31 @@ them)."""
 
 class KafkaClientError(PsmatchError):
     """librdkafka refused a producer setting, or could not create the producer."""
+
+
+class TransactionFailure(KafkaClientError):
+    """A transaction call failed: librdkafka's error ``code`` and text, and what may be
+    done next: call again (``retriable``), abort the transaction and go on
+    (``abortable``), or nothing with this producer (``fatal``: fenced by a newer
+    producer of its ``transactional.id``, say)."""
+
+    def __init__(self, code: int, text: str, retriable: bool, abortable: bool,
+                 fatal: bool) -> None:  # fmt: skip
+        super().__init__(text)
+        self.code = code
+        self.retriable = retriable
+        self.abortable = abortable
+        self.fatal = fatal
+
+
+class _TopicPartition(ctypes.Structure):
+    """``rd_kafka_topic_partition_t``: one entry of a topic partition list."""
+
+    _fields_ = [
+        ("topic", ctypes.c_char_p), ("partition", ctypes.c_int32), ("offset", ctypes.c_int64),
+        ("metadata", ctypes.c_void_p), ("metadata_size", ctypes.c_size_t),
+        ("opaque", ctypes.c_void_p), ("err", ctypes.c_int), ("private", ctypes.c_void_p),
+    ]  # fmt: skip
 
 
 class _Message(ctypes.Structure):
@@ -126,6 +154,23 @@ def _librdkafka() -> ctypes.CDLL:
         ("rd_kafka_outq_len", number, [pointer]),
         ("rd_kafka_err2str", text, [number]),
         ("rd_kafka_destroy", None, [pointer]),
+        ("rd_kafka_init_transactions", pointer, [pointer, number]),
+        ("rd_kafka_begin_transaction", pointer, [pointer]),
+        ("rd_kafka_send_offsets_to_transaction", pointer, [pointer, pointer, pointer, number]),
+        ("rd_kafka_commit_transaction", pointer, [pointer, number]),
+        ("rd_kafka_abort_transaction", pointer, [pointer, number]),
+        ("rd_kafka_error_code", number, [pointer]),
+        ("rd_kafka_error_string", text, [pointer]),
+        ("rd_kafka_error_is_fatal", number, [pointer]),
+        ("rd_kafka_error_is_retriable", number, [pointer]),
+        ("rd_kafka_error_txn_requires_abort", number, [pointer]),
+        ("rd_kafka_error_destroy", None, [pointer]),
+        ("rd_kafka_consumer_group_metadata_new", pointer, [text]),
+        ("rd_kafka_consumer_group_metadata_destroy", None, [pointer]),
+        ("rd_kafka_topic_partition_list_new", pointer, [number]),
+        ("rd_kafka_topic_partition_list_add", ctypes.POINTER(_TopicPartition),
+         [pointer, text, ctypes.c_int32]),
+        ("rd_kafka_topic_partition_list_destroy", None, [pointer]),
     ):
         function = getattr(lib, name)
         function.restype, function.argtypes = restype, argtypes
@@ -275,6 +320,79 @@ class BatchProducer:
     def close(self) -> None:
         """Destroy the producer now; records still queued are dropped."""
         self._release()
+
+    def init_transactions(self, timeout: float) -> None:
+        """Register the producer's ``transactional.id`` with its coordinator, fencing
+        every earlier producer of it (the broker aborts its open transaction). Once per
+        producer, before any other transaction call."""
+        _raise_failure(_librdkafka().rd_kafka_init_transactions(self._rk, int(timeout * 1000)))
+
+    def begin_transaction(self) -> None:
+        """Start a transaction: the records produced until its commit or abort are in it
+        (local to the producer: no round trip)."""
+        _raise_failure(_librdkafka().rd_kafka_begin_transaction(self._rk))
+
+    def send_offsets_to_transaction(self, topic: str, positions: Mapping[int, int],
+                                    group: str, metadata: str, timeout: float) -> None:  # fmt: skip
+        """Commit ``positions`` (partition of ``topic`` -> next offset) as ``group``'s,
+        each noted with ``metadata``, in the open transaction: visible when it commits,
+        never if it aborts. Two round trips, to the transaction's and the group's
+        coordinators; a producer fenced meanwhile fails here."""
+        lib = _librdkafka()
+        offsets = lib.rd_kafka_topic_partition_list_new(len(positions))
+        note = metadata.encode()
+        try:
+            for partition, offset in sorted(positions.items()):
+                entry = lib.rd_kafka_topic_partition_list_add(offsets, topic.encode(), partition)
+                entry.contents.offset = offset
+                if note:  # the list owns its entries' metadata and frees it with free()
+                    entry.contents.metadata = _libc().malloc(len(note))
+                    ctypes.memmove(entry.contents.metadata, note, len(note))
+                    entry.contents.metadata_size = len(note)
+            group_metadata = lib.rd_kafka_consumer_group_metadata_new(group.encode())
+            try:
+                _raise_failure(lib.rd_kafka_send_offsets_to_transaction(
+                    self._rk, offsets, group_metadata, int(timeout * 1000)))  # fmt: skip
+            finally:
+                lib.rd_kafka_consumer_group_metadata_destroy(group_metadata)
+        finally:
+            lib.rd_kafka_topic_partition_list_destroy(offsets)
+
+    def commit_transaction(self, timeout: float) -> None:
+        """Send what is queued and commit the open transaction, waiting up to
+        ``timeout`` seconds; it fails (abortable) if any of its records failed."""
+        _raise_failure(_librdkafka().rd_kafka_commit_transaction(self._rk, int(timeout * 1000)))
+
+    def abort_transaction(self, timeout: float) -> None:
+        """Abort the open transaction: its records and offsets are never visible to
+        ``read_committed`` readers."""
+        _raise_failure(_librdkafka().rd_kafka_abort_transaction(self._rk, int(timeout * 1000)))
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library librdkafka allocates with (``malloc`` for what it frees)."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    return libc
+
+
+def _raise_failure(error: int | None) -> None:
+    """Raise the :class:`TransactionFailure` of librdkafka's ``rd_kafka_error_t``
+    (``None``: the call succeeded), releasing it."""
+    if not error:
+        return
+    lib = _librdkafka()
+    try:
+        failure = TransactionFailure(
+            lib.rd_kafka_error_code(error), lib.rd_kafka_error_string(error).decode(),
+            retriable=bool(lib.rd_kafka_error_is_retriable(error)),
+            abortable=bool(lib.rd_kafka_error_txn_requires_abort(error)),
+            fatal=bool(lib.rd_kafka_error_is_fatal(error)),
+        )  # fmt: skip
+    finally:
+        lib.rd_kafka_error_destroy(error)
+    raise failure
 
 
 def _point_at(messages: np.ndarray, pointer: str, length: str, column: pa.Array) -> None:

@@ -17,6 +17,12 @@ marker once it has fenced the earlier attempts, and leaves out the events it cov
 batch run again writes only what no committed transaction wrote. A ``read_committed``
 consumer then reads each notification once. docs/streaming.md has the preconditions
 and the cost.
+
+A process keeps its sink of each ``transactional.id`` from task to task (a Python
+worker runs tasks of batch after batch). A sink another process's has fenced since (the
+task of an earlier batch ran in another worker) learns it when it puts the marker in its
+transaction, before writing anything, and is replaced by a new one, which fences the
+other in turn and reads the marker again.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from psmatch.adapters.arrow import values_of
+from psmatch.adapters.kafka.client import KafkaServiceError
 from psmatch.adapters.kafka.sink import SinkSettings, TransactionalSink
 from psmatch.errors import PsmatchError
 
@@ -47,6 +54,12 @@ def transactional_prefix(checkpoint_location: str, notifications_topic: str) -> 
     checkpoint is a new query, which neither fences nor skips the old one's work)."""
     digest = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:12]
     return f"psmatch.{notifications_topic}.{digest}"
+
+
+_SINKS: dict[tuple[SinkSettings, str], TransactionalSink] = {}
+"""This process's sink of each ``transactional.id``: opening one costs a producer and
+its registration with the transaction coordinator (tens of milliseconds), which a task
+of every batch would otherwise pay."""
 
 
 class ExactlyOnceTask:
@@ -69,6 +82,7 @@ class ExactlyOnceTask:
         self._shard = shard
         self._shards = shards
         self._sink: TransactionalSink | None = None
+        self._claimed = False  # whether the marker is in the transaction (not fenced)
         self._id = ""
         self._marker: dict[int, int] = {}  # events partition -> first offset not covered
         self._next: dict[int, int] = {}  # events partition -> after the last offset read
@@ -77,9 +91,38 @@ class ExactlyOnceTask:
     def _open(self, partition: int) -> TransactionalSink:
         name = f"s{self._shard}" if self._shards > 1 else f"p{partition}"
         self._id = f"{self._prefix}.{name}"
-        self._sink = TransactionalSink(self._settings, self._id, self._id)
-        self._sink.begin()
-        return self._sink
+        return self._begin()
+
+    def _begin(self) -> TransactionalSink:
+        """Begin the task's transaction on this process's sink of its id (a new one if
+        it has none, or one that was fenced)."""
+        key = (self._settings, self._id)
+        sink = _SINKS.get(key)
+        if sink is None or sink.fenced:
+            sink = _SINKS[key] = TransactionalSink(self._settings, self._id, self._id)
+        sink.begin()
+        self._sink = sink
+        return sink
+
+    def _read_marker(self, partitions: list[int]) -> dict[int, int]:
+        """The marker's positions in ``partitions``; the first time, put them in the
+        transaction too, which fails if a newer sink of the id fenced this one: then,
+        nothing being written yet, a new sink (fencing that one) reads them again."""
+        assert self._sink is not None
+        positions = self._sink.committed(self._topic, partitions)
+        if self._claimed:
+            return positions
+        try:
+            self._sink.claim(self._topic, positions, f"batch {self._batch_id}")
+        except KafkaServiceError:
+            if not self._sink.fenced:
+                raise
+            self._sink.close()
+            sink = self._begin()
+            positions = sink.committed(self._topic, partitions)
+            sink.claim(self._topic, positions, f"batch {self._batch_id}")
+        self._claimed = True
+        return positions
 
     def unseen(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``batches`` (with the columns ``partition`` and ``offset`` of the events)
@@ -94,7 +137,8 @@ class ExactlyOnceTask:
                 continue
             partitions = values_of(batch.column("partition")).astype(np.int64)
             offsets = values_of(batch.column("offset")).astype(np.int64)
-            sink = self._sink or self._open(int(partitions[0]))
+            if self._sink is None:
+                self._open(int(partitions[0]))
             seen = np.unique(partitions).tolist()
             handed = sorted(set(seen) | set(self._marker))
             if self._shards == 1 and len(handed) > 1:
@@ -102,7 +146,7 @@ class ExactlyOnceTask:
                                     f"partitions {handed}")  # fmt: skip
             new = [p for p in seen if p not in self._marker]
             if new:
-                self._marker.update(sink.committed(self._topic, new))
+                self._marker.update(self._read_marker(new))
             fresh = np.empty(len(offsets), dtype=bool)
             for p in seen:
                 rows = partitions == p
@@ -130,6 +174,7 @@ class ExactlyOnceTask:
             self._sink.commit(self._topic, ahead, f"batch {self._batch_id}")
 
     def close(self) -> None:
+        """Abort what was not committed; the sink stays this process's for the id."""
         if self._sink is not None:
             self._sink.close()
             self._sink = None

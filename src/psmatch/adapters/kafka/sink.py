@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from psmatch.adapters.arrow import value_offsets
-from psmatch.adapters.batch_producer import BatchProducer
+from psmatch.adapters.batch_producer import BatchProducer, TransactionFailure
 from psmatch.adapters.kafka.client import CLIENT_LOG, ClientErrors, KafkaServiceError
 from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
 
@@ -94,6 +94,40 @@ def topic_runs(topics: pa.StringArray) -> list[tuple[str, int, int]]:
     return [(topics[a].as_py(), a, b) for a, b in pairwise(bounds)]
 
 
+def _producer_config(settings: SinkSettings) -> dict[str, str]:
+    """librdkafka's settings of both sinks' producers."""
+    return {
+        "bootstrap.servers": settings.bootstrap_servers,
+        **settings.security.client_config(),
+        **sink_settings(settings.compression),
+        "partitioner": "murmur2_random",
+        "enable.idempotence": "true",
+        "message.timeout.ms": "120000",
+        # a notification is at most SINK_RECORD_LIMIT (psmatch.service.records.common) bytes;
+        # this is the Java producer's max.request.size
+        "message.max.bytes": str(1 << 20),
+        # a full queue is memory every matching worker holds on top of its index: a
+        # small one keeps a worker's peak down, at the cost of a little more waiting
+        # for room
+        "queue.buffering.max.kbytes": str(12 * 1024),
+        "queue.buffering.max.messages": "1000000",
+    }  # fmt: skip
+
+
+def _queue(producer: BatchProducer, records: pa.RecordBatch | pa.Table,
+           client_errors: ClientErrors) -> None:  # fmt: skip
+    """Queue ``records`` (columns ``topic`` string, ``key`` and ``value`` binary, a null
+    key or value as Kafka's null) on ``producer``, in order, :data:`SINK_CHUNK` at a
+    time and one call per run of a topic."""
+    for batch in records.to_batches() if isinstance(records, pa.Table) else [records]:
+        for start in range(0, batch.num_rows, SINK_CHUNK):
+            chunk = batch.slice(start, SINK_CHUNK)
+            for topic, first, stop in topic_runs(chunk.column("topic")):
+                run = chunk.slice(first, stop - first)
+                producer.produce(topic, run.column("key"), run.column("value"),
+                                 client_errors.check)  # fmt: skip
+
+
 class RecordSink:
     """Writes the service's output records (notifications and rejects) to Kafka with
     librdkafka, at least once, the way Spark's Kafka sink did: keyed records go to the
@@ -115,22 +149,7 @@ class RecordSink:
 
     def __init__(self, settings: SinkSettings) -> None:
         self._client_errors = ClientErrors(settings.bootstrap_servers)
-        self._config = {
-            "bootstrap.servers": settings.bootstrap_servers,
-            **settings.security.client_config(),
-            **sink_settings(settings.compression),
-            "partitioner": "murmur2_random",
-            "enable.idempotence": "true",
-            "message.timeout.ms": "120000",
-            # a notification is at most SINK_RECORD_LIMIT (psmatch.service.records.common) bytes;
-            # this is the Java producer's max.request.size
-            "message.max.bytes": str(1 << 20),
-            # a full queue is memory every matching worker holds on top of its index: a
-            # small one keeps a worker's peak down, at the cost of a little more waiting
-            # for room
-            "queue.buffering.max.kbytes": str(12 * 1024),
-            "queue.buffering.max.messages": "1000000",
-        }  # fmt: skip
+        self._config = _producer_config(settings)
         self._producer = self._new_producer()
 
     def _new_producer(self) -> BatchProducer:
@@ -139,15 +158,7 @@ class RecordSink:
     def write(self, records: pa.RecordBatch | pa.Table) -> None:
         """Queue ``records`` (columns ``topic`` string, ``key`` and ``value`` binary,
         a null key or value as Kafka's null), in order."""
-        for batch in records.to_batches() if isinstance(records, pa.Table) else [records]:
-            for start in range(0, batch.num_rows, SINK_CHUNK):
-                chunk = batch.slice(start, SINK_CHUNK)
-                for topic, first, stop in topic_runs(chunk.column("topic")):
-                    self._produce(topic, chunk.slice(first, stop - first))
-
-    def _produce(self, topic: str, batch: pa.RecordBatch) -> None:
-        self._producer.produce(topic, batch.column("key"), batch.column("value"),
-                               self._client_errors.check)  # fmt: skip
+        _queue(self._producer, records, self._client_errors)
 
     def flush(self) -> None:
         """Wait until every queued record is acknowledged or has failed (at most
@@ -186,69 +197,72 @@ class TransactionalSink:
     nothing consumes with: :meth:`commit` makes the records written since :meth:`begin`
     and the positions given visible together, or neither; :meth:`committed` reads the
     positions back. Read after the sink is opened, the positions are those of every
-    transaction that will ever commit under the id.
+    transaction that will ever commit under the id. One sink serves transaction after
+    transaction; :meth:`claim` tells, before anything is written, whether a newer one
+    of its id has fenced it since (:attr:`fenced`).
 
-    The marker is read and committed through a consumer of ``marker_group`` that this
-    process keeps (:func:`_marker_consumer`): it only reads positions and names the
-    group, so sinks one after the other share it and the group's coordinator is looked
-    up once.
+    The marker is read through a consumer of ``marker_group`` that this process keeps
+    (:func:`_marker_consumer`): it only reads positions, so sinks one after the other
+    share it and the group's coordinator is looked up once.
 
-    Records go through confluent-kafka's ``Producer.produce``, one Python call a record
-    (librdkafka's transactional API is not in :class:`BatchProducer`), with the settings
-    of :class:`RecordSink` (partitioner, batches, compression). Cost per task: a
-    producer and a consumer created, ``init_transactions`` and a position read (a few
-    round trips to the broker), one commit (a round trip to the transaction coordinator
+    Records are queued as :class:`RecordSink` queues them, a whole Arrow batch per C call
+    (:class:`~psmatch.adapters.batch_producer.BatchProducer`), with its settings
+    (partitioner, batches, compression). Cost: opening, a producer created and
+    ``init_transactions`` (a few round trips to the broker); per transaction, a position
+    read, and a commit (round trips to the transaction's and the group's coordinators,
     and the markers written to each partition written).
     """
 
     def __init__(self, settings: SinkSettings, transactional_id: str, marker_group: str,
                  timeout_s: float = 60.0) -> None:  # fmt: skip
-        from confluent_kafka import Producer
-
         self._client_errors = ClientErrors(settings.bootstrap_servers)
         self._timeout_s = timeout_s
-        base = {"bootstrap.servers": settings.bootstrap_servers,
-                **settings.security.client_config(), "error_cb": self._client_errors,
-                "logger": CLIENT_LOG}  # fmt: skip
-        self._producer = Producer({
-            **base, **sink_settings(settings.compression),
-            "partitioner": "murmur2_random",
+        self._group = marker_group
+        self._producer = BatchProducer({
+            **_producer_config(settings),
             "transactional.id": transactional_id,
-            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-            "retry.backoff.ms": 20,
-            "retry.backoff.max.ms": 200,
-            "message.max.bytes": 1 << 20,
-            "queue.buffering.max.kbytes": 12 * 1024,
-            "queue.buffering.max.messages": 1_000_000,
-        })  # fmt: skip
+            "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
+            "retry.backoff.ms": "20",
+            "retry.backoff.max.ms": "200",
+        }, self._client_errors.record, CLIENT_LOG)  # fmt: skip
         self._consumer, self._marker_errors = _marker_consumer(settings, marker_group)
-        self._failures: list[str] = []
         self._open = False
+        self.fenced = False
         try:
             self._call(self._producer.init_transactions, self._timeout_s)
         except BaseException:
             self.close()
             raise
 
-    def _call(self, method: object, *args: object) -> object:
+    def _call(self, method: Any, *args: object) -> Any:
         """``method(*args)``, called again while it fails with a retriable error (a
-        coordinator moving or loading, for up to ``timeout_s``); any other Kafka error
-        as :class:`KafkaServiceError` (a refused login as
-        :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`)."""
+        coordinator moving or loading, for up to ``timeout_s``); any other failure as
+        :class:`KafkaServiceError` (a refused login as
+        :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`), after which
+        the open transaction is aborted if it must be, and a fatal one marks the sink
+        :attr:`fenced`."""
         from confluent_kafka import KafkaException
 
         deadline = time.monotonic() + self._timeout_s
         while True:
             try:
-                return method(*args)  # type: ignore[operator]
-            except KafkaException as exc:
-                self._client_errors.check()
-                self._marker_errors.check()
-                error = exc.args[0]
-                if error.retriable() and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                    continue
-                raise KafkaServiceError(f"Kafka transaction failed: {error}") from None
+                return method(*args)
+            except TransactionFailure as exc:
+                failure: TransactionFailure | None = exc
+                retriable, text = exc.retriable, str(exc)
+            except KafkaException as exc:  # the marker's consumer
+                failure, retriable, text = None, exc.args[0].retriable(), exc.args[0].str()
+            self._producer.poll(0)
+            self._client_errors.check()
+            self._marker_errors.check()
+            if retriable and time.monotonic() < deadline:
+                time.sleep(0.1)
+                continue
+            if failure is not None:
+                self.fenced = self.fenced or failure.fatal
+                if failure.abortable:
+                    self.close()
+            raise KafkaServiceError(f"Kafka transaction failed: {text}") from None
 
     def committed(self, topic: str, partitions: list[int]) -> dict[int, int]:
         """The marker's position in each of ``partitions`` of ``topic``: the first offset
@@ -257,58 +271,47 @@ class TransactionalSink:
 
         got = self._call(self._consumer.committed,
                          [TopicPartition(topic, p) for p in partitions], self._timeout_s)
-        return {tp.partition: max(tp.offset, 0) for tp in got}  # type: ignore[attr-defined]
+        return {tp.partition: max(tp.offset, 0) for tp in got}
 
     def begin(self) -> None:
         self._call(self._producer.begin_transaction)
         self._open = True
 
+    def claim(self, topic: str, positions: dict[int, int], metadata: str) -> None:
+        """Put the marker, unchanged at ``positions`` (just read by :meth:`committed`),
+        in the open transaction: a round trip that fails, with :attr:`fenced` set, if a
+        newer sink of this id has fenced this one, before anything is written."""
+        self._call(self._producer.send_offsets_to_transaction, topic, positions,
+                   self._group, metadata, self._timeout_s)  # fmt: skip
+
     def write(self, records: pa.RecordBatch | pa.Table) -> None:
         """Queue ``records`` (the columns of :meth:`RecordSink.write`) in the open
         transaction, in order."""
-        produce, poll = self._producer.produce, self._producer.poll
-        for batch in records.to_batches() if isinstance(records, pa.Table) else [records]:
-            columns = (batch.column(name).to_pylist() for name in ("topic", "key", "value"))
-            for topic, key, value in zip(*columns, strict=True):
-                while True:
-                    try:
-                        produce(topic, value, key, on_delivery=self._on_delivery)
-                        break
-                    except BufferError:  # the queue is full: wait for room
-                        poll(0.05)
-                        self._client_errors.check()
-            poll(0)
-
-    def _on_delivery(self, err: object, msg: object) -> None:
-        if err is not None and len(self._failures) < 3:
-            self._failures.append(f"{msg.topic()}: {err}")  # type: ignore[attr-defined]
+        _queue(self._producer, records, self._client_errors)
 
     def commit(self, topic: str, positions: dict[int, int], metadata: str) -> None:
         """Commit the open transaction: the records written since :meth:`begin` and the
         marker at ``positions`` (partition of ``topic`` -> the next offset to read),
         noted with ``metadata``. :class:`KafkaServiceError` if it could not (the broker
-        fenced this producer, aborted the transaction on its timeout, or is out of
-        reach for ``timeout_s``): then nothing of it is visible."""
-        from confluent_kafka import TopicPartition
-
+        fenced this producer, aborted the transaction on its timeout, a record failed,
+        or the broker is out of reach for ``timeout_s``): then nothing of it is visible."""
         if positions:
-            offsets = [TopicPartition(topic, p, n, metadata) for p, n in sorted(positions.items())]
-            self._call(self._producer.send_offsets_to_transaction, offsets,
-                       self._consumer.consumer_group_metadata(), self._timeout_s)  # fmt: skip
+            self._call(self._producer.send_offsets_to_transaction, topic, positions,
+                       self._group, metadata, self._timeout_s)  # fmt: skip
         self._call(self._producer.commit_transaction, self._timeout_s)
         self._open = False
-        if self._failures:  # cannot be: a failed record fails the commit
-            raise KafkaServiceError(f"records failed in a committed transaction: {self._failures}")
+        failures, examples = self._producer.take_failures()
+        if failures:  # cannot be: a failed record fails the commit
+            raise KafkaServiceError(f"records failed in a committed transaction: {examples}")
 
     def close(self) -> None:
         """Abort the open transaction, if any (best effort: a successor's fencing aborts
-        it too), and release the producer."""
-        from confluent_kafka import KafkaException
-
+        it too); the sink stays usable unless :attr:`fenced`."""
         if self._open:
             self._open = False
-            with contextlib.suppress(KafkaException):
+            with contextlib.suppress(TransactionFailure):
                 self._producer.abort_transaction(min(self._timeout_s, 10.0))
+            self._producer.take_failures()
 
 
 _MARKER_CONSUMERS: dict[tuple[SinkSettings, str], tuple[Any, ClientErrors]] = {}
