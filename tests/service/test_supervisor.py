@@ -5,8 +5,11 @@ The failure texts are shortened copies of what ``str(query.exception())`` holds.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
+from psmatch.service.cli.run import query_failure
 from psmatch.service.supervisor import RESTART_CAP_S, RestartBudget, classify_failure
 
 PY_TRACEBACK = """[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided
@@ -27,6 +30,17 @@ SINK = """org.apache.spark.SparkException: Job aborted due to stage failure: Tas
 Caused by: org.apache.kafka.common.errors.TimeoutException: Expiring 1 record(s) for \
 psmatch.notifications-1:120001 ms has passed since batch creation
  SQLSTATE: 39000 SQLSTATE: XXKST"""
+REFUSED = """[FOREACH_BATCH_USER_FUNCTION_ERROR] ... Job aborted due to stage failure: Task 1 \
+in stage 4.0 failed 1 times, most recent failure: Lost task 1.0 in stage 4.0 (TID 11): \
+org.apache.spark.api.python.PythonException: [PYTHON_EXCEPTION] An exception was thrown from \
+the Python worker: Traceback (most recent call last):
+  File "/work/main/src/psmatch/adapters/kafka/sink.py", line 178, in flush
+    raise KafkaServiceError(f"{failures} output records were not written to Kafka, "
+psmatch.adapters.kafka.client.KafkaServiceError: 2 output records were not written to Kafka, \
+e.g. lost.notif: Broker: Topic authorization failed; lost.notif: Broker: Topic authorization failed
+ SQLSTATE: 38000
+\tat org.apache.spark.api.python.PythonRunner.handlePythonException(PythonRunner.scala:665)
+"""
 AUTH = """org.apache.kafka.common.errors.SaslAuthenticationException: Authentication \
 failed: Invalid username or password"""
 
@@ -41,12 +55,23 @@ def test_an_outage_past_the_deadline_is_not_restarted_and_keeps_its_message() ->
     (JAVA, True, "TimeoutException: Topic psmatch.notifications"),
     (SINK, True, "TimeoutException: Expiring 1 record(s)"),
     (AUTH, False, "SaslAuthenticationException: Authentication failed"),
+    (REFUSED, True, "not authorised to write topic lost.notif: the principal needs WRITE on it"),
     ("something odd\nmore", True, "something odd"),
     ("", True, "no message"),
 ])  # fmt: skip
 def test_classification(text: str, transient: bool, start: str) -> None:
     failure = classify_failure(text)
     assert failure.transient is transient and failure.message.startswith(start)
+
+
+def test_the_failure_is_logged_in_full_at_debug_only(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="psmatch")
+    assert query_failure(REFUSED) == classify_failure(REFUSED)
+    assert caplog.records == []
+    caplog.set_level(logging.DEBUG, logger="psmatch")
+    query_failure(REFUSED)
+    [record] = caplog.records
+    assert record.levelno == logging.DEBUG and REFUSED in record.getMessage()
 
 
 class FakeClock:

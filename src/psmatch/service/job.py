@@ -194,11 +194,16 @@ def build_spark(config: ServiceConfig, app_name: str = "psmatch", **extra: str) 
     spark.sparkContext.setLogLevel("WARN")
     if config.log_level.upper() != "DEBUG":
         # A failed query is reported by psmatch run in one line (psmatch.service.supervisor);
-        # Spark's own report of it is a stack trace of hundreds of lines.
+        # Spark's own report of it is a stack trace of hundreds of lines: the query's, and
+        # for a failed task the executor's ("Exception in task") and the scheduler's ("Lost
+        # task", with the Python worker's traceback inside), each with its Java frames.
         jvm = spark.sparkContext._jvm
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-            "org.apache.spark.sql.execution.streaming", jvm.org.apache.logging.log4j.Level.OFF
-        )
+        for logger in ("org.apache.spark.sql.execution.streaming",
+                       "org.apache.spark.executor.Executor",
+                       "org.apache.spark.scheduler.TaskSetManager"):  # fmt: skip
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                logger, jvm.org.apache.logging.log4j.Level.OFF
+            )
     return spark
 
 

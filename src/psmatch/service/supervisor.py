@@ -4,7 +4,8 @@
 :func:`classify_failure` tells an infrastructure fault (a broker or executor lost, a
 timeout, anything not listed below) from a fault a restart cannot cure: Redis down past
 ``redis_retry_seconds`` (:class:`psmatch.adapters.state.StateUnavailableError`, whose message
-the job exits with), credentials refused by Kafka or Redis, or a bad setting.
+the job exits with), credentials refused by Kafka or Redis, or a bad setting. A WRITE
+the broker's ACLs refuse is restarted (an operator may grant it again) and named as such.
 :class:`RestartBudget` then allows at most ``query_max_restarts`` restarts within
 ``query_restart_window_seconds``, waiting longer before each (exponential backoff with
 jitter). A restarted query resumes from its checkpoint: the batch that failed is run
@@ -29,6 +30,9 @@ _PERMANENT = (
     "AuthenticationException",
     "ConfigError",
 )
+# librdkafka's reason for a record the topic's ACLs refused, as the sink of the matching
+# tasks names its failed records (``topic: reason``, psmatch.adapters.kafka.sink)
+_WRITE_REFUSED = re.compile(r"([\w.-]+): Broker: Topic authorization failed")
 _EXCEPTION_LINE = re.compile(
     r"^\s*(?:Caused by: )?(?:[\w.$]+\.)?(\w+(?:Error|Exception)): (.+)$", re.MULTILINE
 )
@@ -50,15 +54,20 @@ def classify_failure(text: str) -> QueryFailure:
 
     The message is the line of the innermost permanent fault when there is one (so
     ``StateUnavailableError``'s own explanation is what the operator reads), else the
-    last ``...Error: ...``/``...Exception: ...`` line (the root cause in a Python
-    traceback, the last ``Caused by:`` of a Java one), else the first line; at most 500
-    characters.
+    topic whose ACLs refused the output records (transient: a restart succeeds once the
+    WRITE is granted again), else the last ``...Error: ...``/``...Exception: ...`` line
+    (the root cause in a Python traceback, the last ``Caused by:`` of a Java one), else
+    the first line; at most 500 characters.
     """
     lines = _EXCEPTION_LINE.findall(text)
     for name in _PERMANENT:
         found = [msg for exc, msg in lines if exc == name]
         if found:
             return QueryFailure(_short(f"{name}: {found[-1]}"), transient=False)
+    refused = _WRITE_REFUSED.search(text)
+    if refused:
+        return QueryFailure(_short(f"not authorised to write topic {refused[1]}: the "
+                                   "principal needs WRITE on it"), transient=True)  # fmt: skip
     if lines:
         name, msg = lines[-1]
         return QueryFailure(_short(f"{name}: {msg}"), transient=True)

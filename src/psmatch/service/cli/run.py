@@ -26,6 +26,7 @@ from psmatch.service.errors import ConfigError
 if TYPE_CHECKING:
     from psmatch.service.job import BatchReport
     from psmatch.service.metrics import BatchFigures, ServiceMetrics
+    from psmatch.service.supervisor import QueryFailure
 
 log = logging.getLogger("psmatch")
 
@@ -70,6 +71,22 @@ def _watch(query: Any, metrics: ServiceMetrics) -> None:
         metrics.observe_progress(None if progress is None else json.loads(progress.json))
 
 
+def query_failure(text: str) -> QueryFailure:
+    """Classify the text of a failed query (:func:`psmatch.service.supervisor.classify_failure`)
+    and log that text in full at DEBUG, as one record: the stacks are for whoever debugs,
+    the one WARNING line :func:`cmd_run` writes is for the operator."""
+    from psmatch.service.supervisor import classify_failure
+
+    log.debug("the streaming query failed:\n%s", text)
+    return classify_failure(text)
+
+
+def _not_an_asked_stop(record: logging.LogRecord) -> bool:
+    """False for py4j's report of a call into Spark interrupted by the stop that SIGTERM
+    or Ctrl-C asked for (an ERROR with its traceback, logged on the root logger)."""
+    return record.getMessage() != "KeyboardInterrupt while sending command."
+
+
 def _transient(exc: PsmatchError) -> bool:
     """Whether a failure to (re)start the query may pass: a server still down."""
     from psmatch.adapters.kafka.client import KafkaAuthenticationError, KafkaServiceError
@@ -85,7 +102,7 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
     the budget of :class:`psmatch.service.supervisor.RestartBudget`."""
     from psmatch.service.job import build_spark, start_query, stop_query
     from psmatch.service.metrics import ServiceMetrics
-    from psmatch.service.supervisor import QueryFailure, RestartBudget, classify_failure
+    from psmatch.service.supervisor import QueryFailure, RestartBudget
 
     data_dir = Path(args.data_dir)
     ours: list[str] = []
@@ -102,6 +119,8 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    if cfg.log_level.upper() != "DEBUG":
+        logging.getLogger().addFilter(_not_an_asked_stop)
     try:
         if args.start_local:
             ours = start_local_servers(cfg, data_dir, SERVER_KINDS)
@@ -116,7 +135,7 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
                 exc = query.exception()
                 if exc is None:
                     return 0  # stopped by someone else
-                failure = classify_failure(str(exc))
+                failure = query_failure(str(exc))
                 query = None
             if not failure.transient:
                 log.error("the streaming query stopped: %s", failure.message)
