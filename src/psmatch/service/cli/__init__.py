@@ -6,7 +6,8 @@ Subcommands: ``run`` (the streaming job, optionally starting local Kafka and Red
 ``tail`` (records in and out, :mod:`~psmatch.service.cli.topics`), ``rebuild-state`` and
 ``explain`` (the subscription state in Redis, :mod:`~psmatch.service.cli.state`), ``acls``
 (the Kafka ACLs the service needs, :mod:`~psmatch.service.cli.acls`), ``tenants`` (a
-tenant's topics, ACLs and user, :mod:`~psmatch.service.cli.tenants`); the parser and the
+tenant's topics, ACLs and user, :mod:`~psmatch.service.cli.tenants`), ``spark-conf`` (a
+standalone Spark cluster's secret, :mod:`~psmatch.service.cli.spark_conf`); the parser and the
 settings flags are :mod:`~psmatch.service.cli.parser`'s. Every setting of
 :class:`psmatch.service.config.ServiceConfig` is a flag on each subcommand and an
 environment variable ``PSMATCH_<NAME>``.

@@ -15,6 +15,7 @@ import logging
 from psmatch.service.cli.acls import cmd_acls
 from psmatch.service.cli.run import cmd_run
 from psmatch.service.cli.servers import cmd_servers
+from psmatch.service.cli.spark_conf import cmd_spark_conf
 from psmatch.service.cli.state import cmd_explain, cmd_rebuild_state
 from psmatch.service.cli.tenants import cmd_tenants
 from psmatch.service.cli.topics import cmd_publish, cmd_subscribe, cmd_tail, cmd_unsubscribe
@@ -218,4 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delete-topics", action="store_true",
                    help="remove: delete the tenant's topics too")  # fmt: skip
     p.set_defaults(func=cmd_tenants)
+
+    p = sub.add_parser(
+        "spark-conf", help="make a standalone Spark cluster's secret and RPC settings",
+        description="Write a new spark-defaults.conf (mode 0600) that switches on Spark's "
+        "RPC authentication (spark.authenticate with a fresh spark.authenticate.secret) and "
+        "AES-GCM encryption (spark.network.crypto.*). Copy it to SPARK_CONF_DIR on every "
+        "node of a standalone cluster, the driver's included, before starting the master "
+        "and workers. Refuses to overwrite a file; never prints the secret.",
+    )  # fmt: skip
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="the file to create, e.g. conf/spark-defaults.conf")  # fmt: skip
+    p.set_defaults(func=cmd_spark_conf)
     return parser
