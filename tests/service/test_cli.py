@@ -145,3 +145,29 @@ def test_tail_prints_notifications(
     assert main(args) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(line)["n"] for line in lines] == [0, 1]
+
+
+def test_spark_conf_writes_a_fresh_secret_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def settings(path: Path) -> dict[str, str]:
+        lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+        return dict(line.split(" ", 1) for line in lines)
+
+    first, second = tmp_path / "a" / "conf" / "spark-defaults.conf", tmp_path / "b.conf"
+    assert main(["spark-conf", "--out", str(first)]) == 0
+    assert main(["spark-conf", "--out", str(second)]) == 0
+    out = capsys.readouterr().out
+    one, two = settings(first), settings(second)
+    assert one["spark.authenticate"] == "true" and one["spark.network.crypto.enabled"] == "true"
+    assert one["spark.network.crypto.cipher"] == "AES/GCM/NoPadding"
+    secret = one["spark.authenticate.secret"]
+    assert len(secret) == 43 and secret != two["spark.authenticate.secret"]  # 32 random bytes
+    assert secret not in out and "spark.authenticate.secret" in out
+    assert first.stat().st_mode & 0o777 == 0o600
+    assert first.parent.stat().st_mode & 0o777 == 0o700
+
+    assert main(["spark-conf", "--out", str(first)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"psmatch spark-conf: {first} exists: not overwritten")
+    assert settings(first) == one
