@@ -1,6 +1,7 @@
 """psmatch.devservers.standalone: a real Spark standalone master and workers from pyspark.
 
-(The job on this cluster, with an executor killed, is tests/deploy/test_spark_cluster.py.)
+(The job on this cluster, with an executor killed, is tests/deploy/test_spark_cluster.py;
+authenticated and encrypted with ``properties_file``, tests/deploy/test_spark_auth.py.)
 """
 
 from __future__ import annotations
@@ -49,4 +50,5 @@ def test_the_script_entry_point_has_help(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     assert exc.value.code == 0
-    assert "spark://" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "spark://" in out and "--properties-file" in out

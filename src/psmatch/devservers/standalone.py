@@ -7,6 +7,10 @@ This module owns starting and stopping the daemons that pyspark ships, run with 
 with the cached index — as separate processes, the way a real cluster does. Each worker
 starts an executor as a child process when an application connects (one per worker, so
 N workers give an application N executors); when one dies, the master starts a new one.
+With a ``properties_file`` (a ``spark-defaults.conf`` made by ``psmatch spark-conf``) the
+daemons load it with ``--properties-file``: with ``spark.authenticate`` in it only
+applications holding the same secret may register, and the RPC is encrypted. The secret
+stays off their command lines; each worker hands it to its executors in their environment.
 
 ``scripts/spark-standalone.sh`` (``python -m psmatch.devservers.standalone``) runs them in the
 foreground until Ctrl-C; the tests use :class:`StandaloneCluster` directly.
@@ -51,7 +55,8 @@ def spark_home() -> Path:
 class StandaloneCluster:
     """A standalone master and ``worker_count`` workers on ``host`` (loopback by
     default), each offering ``cores`` and ``memory``. Worker web UIs listen on
-    ``worker_webui_port`` and the ports after it (free ports when 0)."""
+    ``worker_webui_port`` and the ports after it (free ports when 0). The daemons load
+    the Spark settings of ``properties_file`` when given."""
 
     data_dir: Path
     host: str = "127.0.0.1"
@@ -61,6 +66,7 @@ class StandaloneCluster:
     cores: int = 2
     memory: str = "2g"
     worker_count: int = 1
+    properties_file: Path | None = None
     master: subprocess.Popen[bytes] | None = None
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)  # running ones
     _started: int = field(default=0, repr=False)  # workers started so far (log names)
@@ -87,6 +93,8 @@ class StandaloneCluster:
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         path = self.data_dir / f"{name}.out"
+        if self.properties_file is not None:
+            args = (*args, "--properties-file", str(self.properties_file))
         with path.open("ab") as out:
             proc = subprocess.Popen(
                 [str(spark_home() / "bin" / "spark-class"), *args],
@@ -200,13 +208,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="workers (an application gets one executor on each)")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 2, help="cores per worker")
     parser.add_argument("--memory", default="2g", help="memory each worker offers executors")
+    parser.add_argument("--properties-file", type=Path,
+                        help="Spark settings the daemons load, e.g. the spark-defaults.conf of "
+                        "psmatch spark-conf (authentication and encryption)")  # fmt: skip
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)-7s %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
     cluster = StandaloneCluster(
         Path(args.dir).resolve(), args.host,
         args.port, args.webui_port, args.worker_webui_port, args.cores, args.memory,
-        args.workers,
+        args.workers, args.properties_file,
     )  # fmt: skip
 
     def on_term(signum: int, frame: Any) -> None:
