@@ -141,12 +141,12 @@ def service_topics(
 @dataclass(frozen=True, slots=True)
 class Acl:
     """One ALLOW ACL: ``principal`` (``User:<name>``) may ``operation`` (``READ``,
-    ``WRITE``, ``CREATE``, ...) on the ``resource`` (``topic`` or ``group``) ``name``, or
-    on every name starting with it (``prefixed``)."""
+    ``WRITE``, ``CREATE``, ...) on the ``resource`` (``topic``, ``group`` or
+    ``transactional_id``) ``name``, or on every name starting with it (``prefixed``)."""
 
     principal: str
     operation: str
-    resource: Literal["topic", "group"]
+    resource: Literal["topic", "group", "transactional_id"]
     name: str
     prefixed: bool = False
 

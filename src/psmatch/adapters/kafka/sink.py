@@ -21,7 +21,12 @@ import pyarrow as pa
 
 from psmatch.adapters.arrow import value_offsets
 from psmatch.adapters.batch_producer import BatchProducer, TransactionFailure
-from psmatch.adapters.kafka.client import CLIENT_LOG, ClientErrors, KafkaServiceError
+from psmatch.adapters.kafka.client import (
+    CLIENT_LOG,
+    ClientErrors,
+    KafkaAuthorizationError,
+    KafkaServiceError,
+)
 from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
 
 SINK_COMPRESSION_TYPES = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -217,6 +222,7 @@ class TransactionalSink:
                  timeout_s: float = 60.0) -> None:  # fmt: skip
         self._client_errors = ClientErrors(settings.bootstrap_servers)
         self._timeout_s = timeout_s
+        self._id = transactional_id
         self._group = marker_group
         self._producer = BatchProducer({
             **_producer_config(settings),
@@ -238,10 +244,12 @@ class TransactionalSink:
         """``method(*args)``, called again while it fails with a retriable error (a
         coordinator moving or loading, for up to ``timeout_s``); any other failure as
         :class:`KafkaServiceError` (a refused login as
-        :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`), after which
+        :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`, a missing ACL
+        on the transactional id or the marker group as
+        :class:`~psmatch.adapters.kafka.client.KafkaAuthorizationError`), after which
         the open transaction is aborted if it must be, and a fatal one marks the sink
         :attr:`fenced`."""
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaError, KafkaException
 
         deadline = time.monotonic() + self._timeout_s
         while True:
@@ -249,9 +257,10 @@ class TransactionalSink:
                 return method(*args)
             except TransactionFailure as exc:
                 failure: TransactionFailure | None = exc
-                retriable, text = exc.retriable, str(exc)
+                code, retriable, text = exc.code, exc.retriable, str(exc)
             except KafkaException as exc:  # the marker's consumer
-                failure, retriable, text = None, exc.args[0].retriable(), exc.args[0].str()
+                failure, code = None, exc.args[0].code()
+                retriable, text = exc.args[0].retriable(), exc.args[0].str()
             self._producer.poll(0)
             self._client_errors.check()
             self._marker_errors.check()
@@ -260,8 +269,28 @@ class TransactionalSink:
                 continue
             if failure is not None:
                 self.fenced = self.fenced or failure.fatal
+                _, examples = self._producer.take_failures()  # why records failed
+                text = "; ".join([text, *examples])
                 if failure.abortable:
                     self.close()
+            if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise KafkaAuthorizationError(
+                    f"not authorised to use transactional id {self._id}: the principal "
+                    "needs WRITE on it (psmatch acls --delivery exactly-once)"
+                ) from None  # fmt: skip
+            if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                raise KafkaAuthorizationError(
+                    f"not authorised to commit to consumer group {self._group}: the "
+                    "principal needs READ on it (psmatch acls --delivery exactly-once)"
+                ) from None  # fmt: skip
+            if failure is None and code == KafkaError._TIMED_OUT:
+                # the marker's read: librdkafka retries a group the principal may not
+                # read until the timeout, as it does a coordinator out of reach
+                raise KafkaServiceError(
+                    f"could not read the marker of consumer group {self._group} within "
+                    f"{self._timeout_s:.0f} s: is the broker reachable, and may the "
+                    "principal READ the group (psmatch acls --delivery exactly-once)?"
+                ) from None  # fmt: skip
             raise KafkaServiceError(f"Kafka transaction failed: {text}") from None
 
     def committed(self, topic: str, partitions: list[int]) -> dict[int, int]:
