@@ -184,9 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         "acls", parents=[parent], help="the Kafka ACLs the service's principal needs",
         description="Print the ACLs the streaming job's PRINCIPAL needs on a broker that "
         "denies what no ACL allows (READ on the subscriptions and events topics, WRITE on "
-        "the notifications and rejected topics, CREATE on the four), or, with --reader, "
-        "what psmatch tail needs; with --apply, create them (the connecting principal "
-        "needs ALTER on the cluster).",
+        "the notifications and rejected topics, CREATE on the four; with --tenancy topics, "
+        "the tenants' topics by prefix; with --delivery exactly-once, WRITE on the query's "
+        "transactional ids and READ on its marker groups, prefixed with a digest of "
+        "--checkpoint-location: give the job's), or, with --reader, what psmatch tail "
+        "needs; with --apply, create them (the connecting principal needs ALTER on the "
+        "cluster).",
     )  # fmt: skip
     p.add_argument("--principal", required=True, help="User:<name> (or User:CN=<name>)")
     p.add_argument("--reader", action="store_true",
