@@ -16,6 +16,8 @@ node, the driver's included: the master and workers read it, and so does the dri
 in their environment. The service never puts a secret in Spark's settings, which pyspark
 passes on the driver JVM's command line. A cluster session without protection gets one
 WARNING. ``local`` masters run in one process: nothing crosses a network.
+``tests/deploy/test_spark_auth.py`` runs the job on a standalone cluster with such a file
+and sees applications without its secret refused and no secret on a command line.
 """
 
 from __future__ import annotations
