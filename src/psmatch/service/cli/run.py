@@ -3,8 +3,8 @@
 Owns the driver's loop around the query: starting it (and, with ``--start-local``, the
 local servers, :mod:`psmatch.service.cli.servers`), serving the metrics and feeding them
 each batch's figures and Spark's progress, restarting the query from its checkpoint
-within the budget of :class:`psmatch.service.supervisor.RestartBudget`, and stopping
-cleanly on Ctrl-C or SIGTERM.
+within the budget of :class:`psmatch.service.supervisor.RestartBudget` (each failure one
+WARNING line, its full text at DEBUG), and stopping cleanly on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
