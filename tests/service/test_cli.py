@@ -171,3 +171,6 @@ def test_spark_conf_writes_a_fresh_secret_once(
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"psmatch spark-conf: {first} exists: not overwritten")
     assert settings(first) == one
+    assert main(["spark-conf", "--out", str(second / "x.conf")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"psmatch spark-conf: cannot create {second / 'x.conf'}: {second} is a file"

@@ -57,9 +57,9 @@ def spark_rpc_conf(master: str) -> dict[str, str]:
 def write_spark_defaults(path: Path) -> list[str]:
     """Create ``path``, mode 0600, holding :data:`STANDALONE_SETTINGS` and a fresh secret
     (``secrets.token_urlsafe(32)``, 256 bits) as a ``spark-defaults.conf``; the names of
-    the settings written (never the secret). :class:`ConfigError` if ``path`` exists: a
+    the settings written (never the secret). :class:`ConfigError` if ``path`` exists (a
     cluster's secret is replaced on every node at once, so the operator removes the old
-    file knowingly."""
+    file knowingly) or cannot be created."""
     settings = {**STANDALONE_SETTINGS, SECRET_SETTING: secrets.token_urlsafe(32)}
     lines = [
         "# Spark RPC authentication and encryption of a standalone cluster (psmatch spark-conf).",
@@ -67,12 +67,16 @@ def write_spark_defaults(path: Path) -> list[str]:
         "# and the driver. It holds the cluster's secret: keep it readable by Spark's user only.",
         *(f"{name} {value}" for name, value in settings.items()),
     ]
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+    except FileExistsError as exc:
+        if exc.filename != str(path):
+            raise ConfigError(f"cannot create {path}: {exc.filename} is a file") from None
         raise ConfigError(f"{path} exists: not overwritten (remove it to make a new secret, "
                           "then copy the new file to every node)") from None  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(f"cannot create {path}: {exc.strerror}") from None
     with os.fdopen(fd, "w") as file:
         os.fchmod(fd, 0o600)  # whatever the umask
         file.write("\n".join(lines) + "\n")
