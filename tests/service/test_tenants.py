@@ -1,14 +1,18 @@
 """Tenants on the real secured broker (``tenancy = "topics"``): alice and bob made by
 ``psmatch tenants add`` (their topics, ACLs and SCRAM users), one streaming query for the
-module reading every tenant's subscriptions topic by pattern, as a principal with
-exactly the ACLs ``psmatch acls --tenancy topics`` prints. Each subscribes through
-its own topic and reads its own notifications alone; writing or reading another's topic
-is refused in one line; a record in alice's topic naming bob's id touches only alice's.
+module reading every tenant's subscriptions topic by pattern, delivering exactly once, as
+a principal with exactly the ACLs ``psmatch acls --tenancy topics --delivery
+exactly-once`` prints. Each subscribes through its own topic and reads its own
+notifications alone (``psmatch tail`` reads ``read_committed``); writing or reading
+another's topic is refused in one line; a record in alice's topic naming bob's id touches
+only alice's. One test, on topics of its own, runs the same path delivering at least once
+with that mode's ACLs, then shows that they do not let the job deliver exactly once.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +25,9 @@ from psmatch.adapters.state import StateStore
 from psmatch.devservers.services import SecuredServices, secured_services
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig
+from psmatch.service.delivery import transactional_prefix
 from psmatch.service.job import start_query, stop_query
+from psmatch.service.supervisor import classify_failure
 from tests.service.test_security import (
     assert_no_secret,
     config_of,
@@ -36,10 +42,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 @dataclass
 class Tenancy:
-    """The secured pair, the operator's flags, each tenant's, and the running query."""
+    """The secured pair, the operator's flags (topics named ``<tag>.*``), the job's,
+    each tenant's, and the running query."""
 
     secured: SecuredServices
+    tag: str
     operator: list[str]
+    job: list[str]
     config: ServiceConfig
     query: Any
     reports: list[Any]
@@ -51,7 +60,7 @@ class Tenancy:
                 "--kafka-security-protocol", "SASL_SSL", "--kafka-username", user,
                 "--kafka-password-file", str(self.folder / f"{user}.pw"),
                 "--kafka-ca-file", str(self.secured.ca.ca_file),
-                *topic_flags("ten", self.folder), "--tenant", tenant or user]  # fmt: skip
+                *topic_flags(self.tag, self.folder), "--tenant", tenant or user]  # fmt: skip
 
     def wait_for(self, notifications: int) -> None:
         deadline = time.monotonic() + 120
@@ -84,35 +93,43 @@ def refusal(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return lines[0]
 
 
-@pytest.fixture(scope="module")
-def tenancy(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Tenancy]:
+def start_tenancy(spark: Any, folder: Path, tag: str, delivery: str) -> Tenancy:
+    """alice and bob added, and the job delivering in ``delivery``'s mode as the
+    principal ``<tag>-job`` with exactly what ``psmatch acls`` prints for this layout
+    and that mode."""
     secured = secured_services()
-    folder = tmp_path_factory.mktemp("tenants")
     operator = [*kafka_flags(secured, folder), *redis_flags(secured, folder),
-                *topic_flags("ten", folder), "--tenancy", "topics"]  # fmt: skip
+                *topic_flags(tag, folder), "--tenancy", "topics"]  # fmt: skip
     for user in ("alice", "bob"):
         (folder / f"{user}.pw").write_text(f"{user}-{secured.kafka_password[::-1]}\n")
         assert main(["tenants", "add", user, "--password-file", str(folder / f"{user}.pw"),
                      *operator]) == 0  # fmt: skip
-    # the job as a principal with exactly what psmatch acls prints for this layout
-    job_password = folder / "ten-job.pw"
+    job_password = folder / f"{tag}-job.pw"
     job_password.write_text(f"job-{secured.kafka_password[::-1]}\n")
-    secured.kafka.add_scram_users({"ten-job": job_password.read_text().strip()})
-    assert main(["acls", "--principal", "User:ten-job", "--apply", *operator]) == 0
-    job = swap_flag(swap_flag(operator, "--kafka-username", "ten-job"),
-                    "--kafka-password-file", str(job_password))  # fmt: skip
+    secured.kafka.add_scram_users({f"{tag}-job": job_password.read_text().strip()})
+    assert main(["acls", "--principal", f"User:{tag}-job", "--delivery", delivery, "--apply",
+                 *operator]) == 0  # fmt: skip
+    job = [*swap_flag(swap_flag(operator, "--kafka-username", f"{tag}-job"),
+                      "--kafka-password-file", str(job_password)),
+           "--delivery", delivery]  # fmt: skip
     config = config_of(job)
     reports: list[Any] = []
     query = start_query(config, spark, on_report=reports.append)
+    return Tenancy(secured, tag, operator, job, config, query, reports, folder)
+
+
+@pytest.fixture(scope="module")
+def tenancy(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> Iterator[Tenancy]:
+    tenancy = start_tenancy(spark, tmp_path_factory.mktemp("tenants"), "ten", "exactly-once")
     try:
-        yield Tenancy(secured, operator, config, query, reports, folder)
+        yield tenancy
     finally:
-        stop_query(query)
+        stop_query(tenancy.query)
 
 
-def test_each_tenant_subscribes_through_its_topic_and_reads_its_own_notifications(
-    tenancy: Tenancy, capsys: pytest.CaptureFixture[str]
-) -> None:
+def each_reads_its_own(tenancy: Tenancy, capsys: pytest.CaptureFixture[str]) -> None:
+    """alice and bob subscribe, each through its own topic; an event later, each reads
+    its own notifications once, and no one else's."""
     alice, bob = tenancy.as_tenant("alice"), tenancy.as_tenant("bob")
     assert main(["subscribe", "cheap", "price < 20", "--extra", '{"phone": "a-1"}', *alice]) == 0
     assert main(["subscribe", "cheap", "price < 50", "--extra", '{"phone": "b-2"}', *bob]) == 0
@@ -131,6 +148,46 @@ def test_each_tenant_subscribes_through_its_topic_and_reads_its_own_notification
     store = StateStore.from_url(tenancy.config.redis_connection_url, tenancy.config.redis_prefix)
     assert store.get("alice/cheap") is not None and store.get("bob/bob-1") is not None
     assert store.get("cheap") is None
+
+
+def test_tenants_delivered_at_least_once_and_the_acls_that_mode_needs(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At least once, the same path works with that mode's ACLs; the job delivering
+    exactly once with them stops in one line naming the transactional id it may not
+    use, the id ``psmatch acls --delivery exactly-once`` grants by its prefix."""
+    tenancy = start_tenancy(spark, tmp_path, "tal", "at-least-once")
+    try:
+        each_reads_its_own(tenancy, capsys)
+    finally:
+        stop_query(tenancy.query)
+    config = config_of(swap_flag(tenancy.job, "--delivery", "exactly-once"))
+    query = start_query(config, spark)
+    try:
+        assert main(["publish", '{"price": 13}', *tenancy.operator]) == 0
+        deadline = time.monotonic() + 120
+        while query.exception() is None:
+            assert time.monotonic() < deadline, "the job did not stop"
+            time.sleep(0.3)
+        failure = classify_failure(str(query.exception()))
+    finally:
+        if query.exception() is None:  # a failed query has stopped
+            stop_query(query)
+    prefix = transactional_prefix(config.checkpoint_location, config.notifications_topic)
+    assert re.fullmatch(f"KafkaAuthorizationError: not authorised to use transactional id "
+                        f"{re.escape(prefix)}\\.p[01]: the principal needs WRITE on it "
+                        r"\(psmatch acls --delivery exactly-once\)", failure.message), failure
+    capsys.readouterr()
+    assert main(["acls", "--principal", "User:tal-job", "--delivery", "exactly-once",
+                 *tenancy.operator]) == 0  # fmt: skip
+    assert (f"ALLOW User:tal-job WRITE on transactional_id {prefix}. (prefixed)"
+            in capsys.readouterr().out.splitlines())  # fmt: skip
+
+
+def test_each_tenant_subscribes_through_its_topic_and_reads_its_own_notifications(
+    tenancy: Tenancy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    each_reads_its_own(tenancy, capsys)
 
 
 def test_a_tenant_may_not_write_anothers_subscriptions(
