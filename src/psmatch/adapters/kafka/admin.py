@@ -97,9 +97,11 @@ def ensure_topics(
             except Exception as exc:
                 err = exc.args[0] if exc.args else None
                 if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    # there, though not listed: another creator's, or one this principal
+                    # may not DESCRIBE (it would never become visible to the wait below)
                     continue
                 raise KafkaServiceError(f"could not create topic {name}: {exc}") from exc
-        _wait_topics_visible(admin, [t.topic for t in new], timeout)
+        _wait_topics_visible(admin, created, timeout)
     return created
 
 
