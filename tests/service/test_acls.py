@@ -1,9 +1,11 @@
 """The ACLs ``psmatch acls`` prints for the streaming job, for both delivery modes and both
-tenancies (that they are all the job needs on a real broker is shown by
-``tests/service/test_security.py`` and ``tests/service/test_tenants.py``)."""
+tenancies, and, on the real secured broker, that each ACL exactly-once delivery adds is
+needed by a task's transactional sink (that the printed ACLs are all the job needs is
+shown by ``tests/service/test_security.py`` and ``tests/service/test_tenants.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,68 @@ def test_psmatch_acls_prints_the_transactional_acls_of_the_jobs_checkpoint(
         f"ALLOW {JOB} WRITE on transactional_id {transactional_prefix(checkpoint, 'n')}. "
         "(prefixed)",
         f"ALLOW {JOB} READ on group {transactional_prefix(checkpoint, 'n')}. (prefixed)"]
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_each_acl_of_exactly_once_is_needed_and_a_task_lacking_one_says_which(
+    tmp_path: Path,
+) -> None:
+    """On the secured broker, a task's transactional sink as a principal with the printed
+    ACLs commits its records and marker; without WRITE on the transactional ids, or with
+    DESCRIBE instead of READ on the marker groups, it stops in one line naming the ACL;
+    without any ACL on the groups, librdkafka waits, and the line names the group."""
+    import pyarrow as pa
+
+    from psmatch.adapters.kafka.admin import create_acls, ensure_topics
+    from psmatch.adapters.kafka.client import KafkaAuthorizationError, KafkaServiceError
+    from psmatch.adapters.kafka.security import KafkaSecurity
+    from psmatch.adapters.kafka.sink import SinkSettings, TransactionalSink
+    from psmatch.devservers.services import SERVICE_USER, secured_services
+
+    secured = secured_services()
+    ca = str(secured.ca.ca_file)
+    admin = KafkaSecurity("SASL_SSL", "SCRAM-SHA-512", SERVICE_USER, secured.kafka_password, ca)
+    servers = secured.kafka.bootstrap_servers
+    topics = {"subscriptions_topic": "eos-acl.s", "events_topic": "eos-acl.e",
+              "notifications_topic": "eos-acl.n", "rejected_topic": "eos-acl.r"}  # fmt: skip
+    ensure_topics(servers, {topic: {} for topic in topics.values()}, security=admin)
+    config = ServiceConfig(**topics, delivery="exactly-once",
+                           checkpoint_location=str(tmp_path / "checkpoint"))  # fmt: skip
+    task_id = f"{transactional_prefix(config.checkpoint_location, 'eos-acl.n')}.p0"
+    record = pa.RecordBatch.from_pydict({"topic": ["eos-acl.n"], "key": [b"k"],
+                                         "value": [b"v"]})  # fmt: skip
+
+    def task_as(user: str, keep: Callable[[Acl], Acl | None], timeout_s: float = 30) -> None:
+        """One task's transaction as ``user``, granted the printed ACLs through ``keep``."""
+        secured.kafka.add_scram_users({user: secured.kafka_password[::-1]})
+        granted = [keep(acl) for acl in service_acls(config, f"User:{user}")]
+        create_acls(servers, [acl for acl in granted if acl is not None], security=admin)
+        own = KafkaSecurity("SASL_SSL", "SCRAM-SHA-512", user, secured.kafka_password[::-1], ca)
+        sink = TransactionalSink(SinkSettings(servers, own), task_id, task_id, timeout_s)
+        try:
+            marker = sink.committed("eos-acl.e", [0])
+            sink.begin()
+            sink.claim("eos-acl.e", marker, "batch 0")
+            sink.write(record)
+            sink.commit("eos-acl.e", {0: marker[0] + 1}, "batch 0")
+        finally:
+            sink.close()
+
+    task_as("eos-acl-all", lambda acl: acl)
+    with pytest.raises(KafkaAuthorizationError) as refused:
+        task_as("eos-acl-no-id", lambda acl: None if acl.resource == "transactional_id" else acl)
+    assert str(refused.value) == (f"not authorised to use transactional id {task_id}: the "
+                                  "principal needs WRITE on it (psmatch acls --delivery "
+                                  "exactly-once)")  # fmt: skip
+    with pytest.raises(KafkaAuthorizationError) as refused:
+        task_as("eos-acl-describe", lambda acl: Acl(
+            acl.principal, "DESCRIBE", "group", acl.name, True) if acl.resource == "group" else acl)
+    assert str(refused.value) == (f"not authorised to commit to consumer group {task_id}: "
+                                  "the principal needs READ on it (psmatch acls --delivery "
+                                  "exactly-once)")  # fmt: skip
+    with pytest.raises(KafkaServiceError) as refused:
+        task_as("eos-acl-no-group", lambda acl: None if acl.resource == "group" else acl, 3)
+    assert str(refused.value) == (f"could not read the marker of consumer group {task_id} "
+                                  "within 3 s: is the broker reachable, and may the principal "
+                                  "READ the group (psmatch acls --delivery exactly-once)?")
