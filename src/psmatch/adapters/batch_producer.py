@@ -190,8 +190,12 @@ class _Failures:
             self.examples.append(f"{topic}: {_librdkafka().rd_kafka_err2str(err).decode()}")
 
 
+Log = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
+"""Where a producer's log goes."""
+
+
 def _callbacks(failures: _Failures, on_error: Callable[[int, str], None],
-               logger: logging.Logger) -> tuple[_DR_MSG_CB, _ERROR_CB, _LOG_CB]:  # fmt: skip
+               logger: Log) -> tuple[_DR_MSG_CB, _ERROR_CB, _LOG_CB]:  # fmt: skip
     """The C callbacks of one producer. They hold no reference to the producer, so that
     a producer nobody holds is destroyed (:func:`_destroy`)."""
     lib = _librdkafka()
@@ -232,7 +236,7 @@ class BatchProducer:
     """
 
     def __init__(self, config: Mapping[str, str], on_error: Callable[[int, str], None],
-                 logger: logging.Logger) -> None:  # fmt: skip
+                 logger: Log) -> None:  # fmt: skip
         lib = _librdkafka()
         self._failures = _Failures()
         callbacks = _callbacks(self._failures, on_error, logger)
@@ -345,9 +349,11 @@ class BatchProducer:
             for partition, offset in sorted(positions.items()):
                 entry = lib.rd_kafka_topic_partition_list_add(offsets, topic.encode(), partition)
                 entry.contents.offset = offset
-                if note:  # the list owns its entries' metadata and frees it with free()
-                    entry.contents.metadata = _libc().malloc(len(note))
-                    ctypes.memmove(entry.contents.metadata, note, len(note))
+                if note:
+                    # the list owns its entries' metadata and frees it with free();
+                    # NUL-terminated, as librdkafka's readers of it take it as a C string
+                    entry.contents.metadata = _libc().malloc(len(note) + 1)
+                    ctypes.memmove(entry.contents.metadata, note + b"\0", len(note) + 1)
                     entry.contents.metadata_size = len(note)
             group_metadata = lib.rd_kafka_consumer_group_metadata_new(group.encode())
             try:

@@ -19,10 +19,10 @@ consumer then reads each notification once. docs/streaming.md has the preconditi
 and the cost.
 
 A process keeps its sink of each ``transactional.id`` from task to task (a Python
-worker runs tasks of batch after batch). A sink another process's has fenced since (the
-task of an earlier batch ran in another worker) learns it when it puts the marker in its
-transaction, before writing anything, and is replaced by a new one, which fences the
-other in turn and reads the marker again.
+worker runs tasks of batch after batch). A kept sink puts the marker it read in its
+transaction before writing anything, a round trip that fails if another process's sink
+of the id has fenced it since (the task of an earlier batch ran in another worker): a
+new sink then replaces it, fencing the other in turn, and reads the marker again.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ class ExactlyOnceTask:
         self._shard = shard
         self._shards = shards
         self._sink: TransactionalSink | None = None
-        self._claimed = False  # whether the marker is in the transaction (not fenced)
+        self._claimed = False  # whether the sink is known not to be fenced
         self._id = ""
         self._marker: dict[int, int] = {}  # events partition -> first offset not covered
         self._next: dict[int, int] = {}  # events partition -> after the last offset read
@@ -100,28 +100,34 @@ class ExactlyOnceTask:
         sink = _SINKS.get(key)
         if sink is None or sink.fenced:
             sink = _SINKS[key] = TransactionalSink(self._settings, self._id, self._id)
+            self._claimed = True  # opening it fenced every other: nothing to check
         sink.begin()
         self._sink = sink
         return sink
 
+    def _renew(self) -> TransactionalSink:
+        """A new sink of the id in place of this process's (which another fenced)."""
+        assert self._sink is not None
+        self._sink.fenced = True
+        self._sink.discard()
+        return self._begin()
+
     def _read_marker(self, partitions: list[int]) -> dict[int, int]:
-        """The marker's positions in ``partitions``; the first time, put them in the
-        transaction too, which fails if a newer sink of the id fenced this one: then,
-        nothing being written yet, a new sink (fencing that one) reads them again."""
+        """The marker's positions in ``partitions``. The first time, with a sink kept
+        from an earlier task, the marker is put in the transaction too, which fails if a
+        newer sink fenced this one: then, nothing being written yet, a new sink (fencing
+        that one) reads the marker again."""
         assert self._sink is not None
         positions = self._sink.committed(self._topic, partitions)
         if self._claimed:
             return positions
+        self._claimed = True
         try:
             self._sink.claim(self._topic, positions, f"batch {self._batch_id}")
         except KafkaServiceError:
             if not self._sink.fenced:
                 raise
-            self._sink.close()
-            sink = self._begin()
-            positions = sink.committed(self._topic, partitions)
-            sink.claim(self._topic, positions, f"batch {self._batch_id}")
-        self._claimed = True
+            return self._renew().committed(self._topic, partitions)
         return positions
 
     def unseen(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -10,6 +10,7 @@ sink takes as well) and the chunking of a batch by topic (:func:`topic_runs`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -191,6 +192,21 @@ fails. It is also how long a transaction of a task that died, and is never fence
 successor, holds back every ``read_committed`` consumer of its partitions."""
 
 
+class _FencingAtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """:data:`CLIENT_LOG` with librdkafka's report of a producer fenced by a newer one
+    of its id at DEBUG: a kept sink fenced by another worker's is what a task run in
+    another worker than its previous batch's finds (and replaces), not an error, and a
+    zombie's failed commit fails its task with its own message."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if any("fenced by a newer instance" in str(arg) for arg in args):
+            level = logging.DEBUG
+        self.logger.log(level, msg, *args, **kwargs)
+
+
+_FENCING_QUIET = _FencingAtDebug(CLIENT_LOG, {})
+
+
 class TransactionalSink:
     """Writes output records in Kafka transactions, with a marker of the input read:
     the exactly-once writer (:mod:`psmatch.service.delivery` says how a matching task
@@ -230,7 +246,7 @@ class TransactionalSink:
             "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
             "retry.backoff.ms": "20",
             "retry.backoff.max.ms": "200",
-        }, self._client_errors.record, CLIENT_LOG)  # fmt: skip
+        }, self._client_errors.record, _FENCING_QUIET)  # fmt: skip
         self._consumer, self._marker_errors = _marker_consumer(settings, marker_group)
         self._open = False
         self.fenced = False
@@ -260,7 +276,12 @@ class TransactionalSink:
                 code, retriable, text = exc.code, exc.retriable, str(exc)
             except KafkaException as exc:  # the marker's consumer
                 failure, code = None, exc.args[0].code()
-                retriable, text = exc.args[0].retriable(), exc.args[0].str()
+                # a group coordinator moving or loading (a broker just started) is
+                # worth waiting for, though librdkafka does not call it retriable here
+                retriable = exc.args[0].retriable() or code in (
+                    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR,
+                    KafkaError.COORDINATOR_NOT_AVAILABLE)  # fmt: skip
+                text = exc.args[0].str()
             self._producer.poll(0)
             self._client_errors.check()
             self._marker_errors.check()
@@ -341,6 +362,11 @@ class TransactionalSink:
             with contextlib.suppress(TransactionFailure):
                 self._producer.abort_transaction(min(self._timeout_s, 10.0))
             self._producer.take_failures()
+
+    def discard(self) -> None:
+        """Close the sink and destroy its producer."""
+        self.close()
+        self._producer.close()
 
 
 _MARKER_CONSUMERS: dict[tuple[SinkSettings, str], tuple[Any, ClientErrors]] = {}
