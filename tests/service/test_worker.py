@@ -24,7 +24,7 @@ from psmatch.adapters.kafka.admin import ensure_topics
 from psmatch.adapters.kafka.client import KafkaServiceError
 from psmatch.adapters.kafka.reader import TopicReader
 from psmatch.adapters.kafka.sink import SinkSettings
-from psmatch.adapters.state import Change, SourceChange, StateError, StateStore
+from psmatch.adapters.state import ChangeRun, SourceChange, StateError, StateStore
 from psmatch.devservers.process import free_port
 from psmatch.devservers.services import LocalServices
 from psmatch.language import Subscription
@@ -218,14 +218,14 @@ def test_a_catch_up_reads_and_applies_the_log_with_the_cyclic_collector_paused(
     index = index_cache.sync_index(settings, 1)
     store.apply([put(i, f"s{i}", f"a >= {i % 5}") for i in range(1, 31)])
     collector_on: list[bool] = []
-    change_chunks = StateStore.change_chunks
+    change_runs = StateStore.change_runs
 
-    def watched(self: StateStore, start: int, upto: int, size: int) -> Iterator[list[Change]]:
-        for chunk in change_chunks(self, start, upto, size):
+    def watched(self: StateStore, start: int, upto: int, size: int) -> Iterator[ChangeRun]:
+        for run in change_runs(self, start, upto, size):
             collector_on.append(gc.isenabled())
-            yield chunk
+            yield run
 
-    monkeypatch.setattr(StateStore, "change_chunks", watched)
+    monkeypatch.setattr(StateStore, "change_runs", watched)
     assert gc.isenabled()
     same = index_cache.sync_index(settings, 31)
     assert same is index and index.replayed == 1 + 30

@@ -121,6 +121,37 @@ class Change:
 
 
 @dataclass(frozen=True, slots=True)
+class ChangeRun:
+    """Consecutive entries of the change log, by column: version ``first + i`` is the
+    change of ``ids[i]`` to the stored text ``records[i]`` (UTF-8 bytes as Redis holds
+    them, ``None`` for a delete), logged with the normal form ``forms[i]`` (bytes,
+    ``None`` when none was logged). No object per change: what a worker's catch-up
+    reads (:meth:`StateStore.change_runs`)."""
+
+    first: int
+    ids: list[str]
+    records: list[bytes | None]
+    forms: list[bytes | None]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def last(self) -> int:
+        """The version of the run's last change."""
+        return self.first + len(self.ids) - 1
+
+    def changes(self) -> list[Change]:
+        """The run's changes, one object each, their texts decoded."""
+        return [Change(version, "del", sub_id, None) if record is None else
+                Change(version, "put", sub_id, record.decode(),
+                       None if form is None else form.decode())
+                for version, sub_id, record, form in zip(
+                    range(self.first, self.first + len(self.ids)), self.ids, self.records,
+                    self.forms, strict=True)]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyResult:
     version: int
     applied: int
@@ -222,6 +253,11 @@ class StateStore:
         self.k_version = prefix + "version"
         self.k_log = prefix + "log"
         self.k_offsets = prefix + "offsets"
+        # the change log is read through a client on the same connections that leaves
+        # XRANGE's reply as hiredis parsed it (lists, no dictionary per entry built by
+        # redis-py): a worker's catch-up reads every change of the log
+        self._raw = redis.Redis(connection_pool=client.connection_pool)
+        del self._raw.response_callbacks["XRANGE"]
         self._apply = client.register_script(_APPLY_LUA)
         self._rebuild = client.register_script(_REBUILD_LUA)
 
@@ -431,30 +467,47 @@ class StateStore:
             if not cursor:
                 return
 
-    def change_chunks(self, after: int, upto: int, size: int) -> Iterator[list[Change]]:
-        """Changes ``after+1 .. upto`` in order, in lists of at most ``size`` (one
-        ``XRANGE`` each): memory for one chunk, not for the whole range (a worker's
-        catch-up applies each chunk at once, ``psmatch.service.worker_index.LOAD_CHUNK`` changes).
+    def change_runs(self, after: int, upto: int, size: int) -> Iterator[ChangeRun]:
+        """Changes ``after+1 .. upto`` in order, in runs of at most ``size`` (one
+        ``XRANGE`` each): memory for one run, not for the whole range (a worker's
+        catch-up applies each run at once, ``psmatch.service.worker_index.LOAD_CHUNK``
+        changes). Cost per change: its reply parsed in C (hiredis), then one dictionary
+        of its fields and its id decoded; the texts stay bytes.
 
-        :class:`ChangeLogGapError` as soon as a change is found gone, before the chunk
+        :class:`ChangeLogGapError` as soon as a change is found gone, before the run
         that would lack it (the log is trimmed from its oldest end, so a reader that
-        falls behind a concurrent trim finds it at the next chunk).
+        falls behind a concurrent trim finds it at the next run).
         """
         while after < upto:
             entries = self._call(
                 "read the change log",
-                lambda after=after: self.client.xrange(self.k_log, min=f"{after + 1}-0",
-                                                       max=f"{upto}-0", count=size),
+                lambda after=after: self._raw.execute_command(
+                    "XRANGE", self.k_log, f"{after + 1}-0", f"{upto}-0", "COUNT", size),
             )  # fmt: skip
-            chunk = [_change(entry_id, fields) for entry_id, fields in entries]
-            first, last = (chunk[0].version, chunk[-1].version) if chunk else (0, 0)
-            if (first, last) != (after + 1, after + len(chunk)):
+            first, last = ((_version(entries[0][0]), _version(entries[-1][0])) if entries
+                           else (0, 0))  # fmt: skip
+            if (first, last) != (after + 1, after + len(entries)):
                 raise ChangeLogGapError(
                     f"the change log no longer holds every change after version {after} "
                     f"up to {upto} (retention {self.retention})"
                 )
-            yield chunk
-            after = chunk[-1].version
+            ids: list[str] = []
+            records: list[bytes | None] = []
+            forms: list[bytes | None] = []
+            for _, flat in entries:
+                fields = dict(zip(flat[::2], flat[1::2], strict=True))
+                ids.append(fields[b"id"].decode())
+                put = fields[b"op"] == b"put"
+                records.append(fields.get(b"rec") if put else None)
+                forms.append(fields.get(b"nf") if put else None)
+            yield ChangeRun(first, ids, records, forms)
+            after = last
+
+    def change_chunks(self, after: int, upto: int, size: int) -> Iterator[list[Change]]:
+        """The changes of :meth:`change_runs`, one object each, in lists of at most
+        ``size``."""
+        for run in self.change_runs(after, upto, size):
+            yield run.changes()
 
     def changes(self, after: int, upto: int) -> list[Change]:
         """Changes ``after+1 .. upto`` in order, in one list (see :meth:`change_chunks`);
@@ -466,13 +519,6 @@ class StateStore:
 _TLS_PARAMETERS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
-def _change(entry_id: bytes, fields: Mapping[bytes, bytes]) -> Change:
-    """One log entry as ``XRANGE`` gives it: only the fields a change has are decoded
-    (half the work of decoding every name and value first: a catch-up reads many)."""
-    version = int(entry_id.split(b"-", 1)[0])
-    sub_id = fields[b"id"].decode()
-    if fields[b"op"] != b"put":
-        return Change(version, "del", sub_id, None)
-    record, normal_form = fields.get(b"rec"), fields.get(b"nf")
-    return Change(version, "put", sub_id, None if record is None else record.decode(),
-                  None if normal_form is None else normal_form.decode())
+def _version(entry_id: bytes) -> int:
+    """The version of the change log's entry ``entry_id`` (``<version>-0``)."""
+    return int(entry_id.split(b"-", 1)[0])

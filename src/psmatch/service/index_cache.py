@@ -292,7 +292,7 @@ def _refresh_snapshot(settings: WorkerSettings, store: StateStore, index: Worker
 
 def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     """Replay the change log into ``index`` up to version ``upto``, read and applied in
-    bulk :data:`LOAD_CHUNK` changes at a time (:meth:`StateStore.change_chunks`), the
+    bulk :data:`LOAD_CHUNK` changes at a time (:meth:`StateStore.change_runs`), the
     index's version noted after each group: a catch-up of any length holds one such
     group of changes, and in between the index is whole at its version.
     False (the index is then unusable) if the matcher raised; :class:`ChangeLogGapError`
@@ -302,16 +302,15 @@ def _catch_up(index: WorkerIndex, store: StateStore, upto: int) -> bool:
     start = index.version
     logged = time.monotonic()
     with gc_paused():  # the changes read and decoded: see psmatch.core.heap
-        for group in store.change_chunks(start, upto, LOAD_CHUNK):
+        for run in store.change_runs(start, upto, LOAD_CHUNK):
             try:
-                index.apply((change.sub_id, change.record, change.normal_form)
-                            for change in group)  # fmt: skip
+                index.apply(run)
             except Exception:
                 log.exception("replaying %d changes in bulk failed; reloading every "
-                              "subscription", len(group))  # fmt: skip
+                              "subscription", len(run))  # fmt: skip
                 return False
-            index.version = group[-1].version
-            index.replayed += len(group)
+            index.version = run.last
+            index.replayed += len(run)
             if upto - start > LOAD_CHUNK and (
                     index.version == upto or time.monotonic() - logged >= PROGRESS_SECONDS):
                 logged = time.monotonic()

@@ -15,12 +15,13 @@ culprits are left out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import Literal
 
 from psmatch import Matcher
+from psmatch.adapters.state import ChangeRun
 from psmatch.core.heap import gc_paused
 from psmatch.errors import ExpressionError
 from psmatch.language import Subscription
@@ -48,6 +49,11 @@ small Python objects live in pymalloc's arenas of 1 MiB, and an arena goes back 
 system only when all of it is free, so the few objects that outlive a chunk (a new
 array's header, a cache entry) keep the arenas it filled; and each chunk costs the bulk
 insert's fixed overhead once."""
+
+
+def _text(data: str | bytes) -> str:
+    """A stored text, given as text or as its UTF-8 bytes."""
+    return data.decode() if data.__class__ is bytes else data  # type: ignore[union-attr]
 
 
 def _log_left_out(sub_id: str, exc: Exception) -> None:
@@ -80,23 +86,28 @@ class WorkerIndex:
     snapshot_version: int | None = None
     snapshot_write_s: float = 0.0
 
-    def apply(self, changes: Iterable[tuple[str, str | None, str | None]]) -> None:
-        """Apply stored subscriptions and deletions (``(id, stored text, normal form)``,
-        the text ``None`` for a delete), in order, in bulk: changes of other shards are
-        skipped (one CRC-32 of the id each, none with one shard); only each id's last
-        change counts; the deletions are one bulk removal, and the puts go to
-        :meth:`load`. Raises whatever the matcher's bulk insert raised: it may then be half
-        updated, and the caller discards it.
+    def apply(self, run: ChangeRun) -> None:
+        """Apply a run of the change log (:meth:`psmatch.adapters.state.StateStore
+        .change_runs`: stored subscriptions and deletions, in order) in bulk: changes of
+        other shards are skipped (one CRC-32 of the id each, none with one shard); only
+        each id's last change counts; the deletions are one bulk removal, and the puts
+        are filed as one chunk (:meth:`_load_chunk`). Raises whatever the matcher's bulk
+        insert raised: it may then be half updated, and the caller discards it.
 
-        Cost: one JSON decode and normal-form load (or expression parse) per put, the
-        matcher's bulk removal of the deleted and replaced subscriptions, and its bulk
-        insert.
+        Cost: one JSON decode of each put's record, its normal form read into columns
+        with the others' (or its expression parsed), the matcher's bulk removal of the
+        deleted and replaced subscriptions and its bulk insert.
         """
         holds = self.shard.holds
-        latest = {sub_id: (stored, form) for sub_id, stored, form in changes if holds(sub_id)}
+        latest = {sub_id: (stored, form)
+                  for sub_id, stored, form in zip(run.ids, run.records, run.forms, strict=True)
+                  if holds(sub_id)}  # fmt: skip
         self.delete([sub_id for sub_id, (stored, _) in latest.items() if stored is None])
-        self.load((sub_id, stored, form) for sub_id, (stored, form) in latest.items()
-                  if stored is not None)  # fmt: skip
+        left_out: list[str] = []
+        with gc_paused():  # a chunk's decoded forms are many lists: see psmatch.core.heap
+            self._load_chunk({sub_id: change for sub_id, change in latest.items()
+                              if change[0] is not None}, left_out)  # fmt: skip
+        self.delete(left_out)
 
     def load(self, stored: Iterable[tuple[str, str, str | None]]) -> None:
         """Index stored subscriptions (``(id, stored text, normal form or None)``, see
@@ -120,28 +131,30 @@ class WorkerIndex:
                 self._load_chunk(chunk, left_out)
         self.delete(left_out)
 
-    def _load_chunk(self, chunk: dict[str, tuple[str, str | None]], left_out: list[str]
-                    ) -> None:  # fmt: skip
-        """Index a chunk of distinct ids' stored subscriptions: those with a normal form
-        read into columns all at once and added from them (``matcher.internal.add_columns``,
-        no object per predicate), the others parsed (``add_many``). Each record is
-        decoded inside the per-record barrier: one that cannot be (the driver validated
-        it, so only a hand-edited Redis or a bug) is logged and its id put in
-        ``left_out``, for the caller to remove any previous version: the index never
-        holds a stale one. A malformed normal form fails the chunk's batch read, and the
-        chunk's forms are then read one by one to find it."""
+    def _load_chunk(self, chunk: Mapping[str, tuple[str | bytes, str | bytes | None]],
+                    left_out: list[str]) -> None:  # fmt: skip
+        """Index a chunk of distinct ids' stored subscriptions (texts, or their UTF-8
+        bytes as the change log gives them): those with a normal form read into columns
+        all at once and added from them (``matcher.internal.add_columns``, no object per
+        predicate), the others parsed (``add_many``). Each record is decoded inside the
+        per-record barrier: one that cannot be (the driver validated it, so only a
+        hand-edited Redis or a bug) is logged and its id put in ``left_out``, for the
+        caller to remove any previous version: the index never holds a stale one. A
+        malformed normal form fails the chunk's batch read, and the chunk's forms are
+        then read one by one to find it."""
         heads: dict[str, str] = {}
         parsed: list[tuple[str, Subscription]] = []
         ids, texts, forms = [], [], []
         for sub_id, (stored, form) in chunk.items():
             try:  # the per-record barrier; no I/O inside
                 check_notification_key(sub_id)
+                text = _text(stored)
                 if form is None:
-                    record = load_stored(stored)
+                    record = load_stored(text)
                     heads[sub_id] = notification_head(sub_id, record)
                     parsed.append((sub_id, record.subscription))
                 else:
-                    expr, heads[sub_id] = load_stored_head(sub_id, stored)
+                    expr, heads[sub_id] = load_stored_head(sub_id, text)
                     ids.append(sub_id)
                     texts.append(expr)
                     forms.append(form)
@@ -152,8 +165,9 @@ class WorkerIndex:
             columns = load_normal_forms(texts, forms)
         except ExpressionError:  # a malformed form: the chunk's read one by one to find it
             for sub_id in ids:
+                stored, form = chunk[sub_id]
                 try:  # the per-record barrier; no I/O inside
-                    parsed.append((sub_id, load_stored(*chunk[sub_id]).subscription))
+                    parsed.append((sub_id, load_stored(_text(stored), _text(form)).subscription))
                 except Exception as exc:
                     del heads[sub_id]
                     left_out.append(sub_id)

@@ -71,7 +71,7 @@ def dump_normal_form(subscription: Subscription) -> str:
         return json.dumps(form, separators=(",", ":"))
 
 
-def _loads(form: str) -> Any:
+def _loads(form: str | bytes) -> Any:
     try:
         return orjson.loads(form)
     except orjson.JSONDecodeError:  # a lone surrogate's escape, which orjson refuses
@@ -135,7 +135,7 @@ def _load_pattern(item: list) -> Pattern:
     return Pattern(form, text, negated)
 
 
-def load_normal_forms(texts: Sequence[str], forms: Sequence[str]) -> SubscriptionColumns:
+def load_normal_forms(texts: Sequence[str], forms: Sequence[str | bytes]) -> SubscriptionColumns:
     """The subscriptions ``texts[i]`` whose DNFs :func:`dump_normal_form` wrote as
     ``forms[i]``, as columns, what :func:`load_normal_form` of each would make but with
     no object per conjunct, predicate or interval.
