@@ -138,6 +138,26 @@ def test_a_malformed_form_in_a_batch_is_an_expression_error(form):
         load_normal_forms(["a = 1"] * 3, [good, form, good])
 
 
+@pytest.mark.parametrize("form", MALFORMED, ids=lambda form: form[:40])
+def test_a_malformed_form_alone_or_as_bytes_is_an_expression_error(form):
+    """Alone, a form's bounds are all of its kind (checked by the set of their types,
+    not the table): refused the same way, as text or as the bytes Redis gives."""
+    for text in (form, form.encode()):
+        with pytest.raises(ExpressionError, match="malformed normal form among 1"):
+            load_normal_forms(["a = 1"], [text])
+
+
+def test_forms_as_bytes_load_as_their_texts_do():
+    texts = ["a = 1", "b in ('x', 'y') and c > 2.5", "d = true", "e like '%z'", "f != 3"]
+    forms = [dump_normal_form(parse_subscription(t)) for t in texts]
+    for chunk in ([0], [1], [2], [0, 4], list(range(5))):  # one kind or mixed
+        as_text = load_normal_forms([texts[i] for i in chunk], [forms[i] for i in chunk])
+        as_bytes = load_normal_forms([texts[i] for i in chunk],
+                                     [forms[i].encode() for i in chunk])  # fmt: skip
+        assert as_bytes.subscriptions() == as_text.subscriptions()
+        assert bound_types(as_bytes.subscriptions()) == bound_types(as_text.subscriptions())
+
+
 def assert_columns_of(a: SubscriptionColumns, subscriptions: list[Subscription]) -> None:
     """``a`` holds the texts, conjunct counts and conjunct columns of ``subscriptions``."""
     assert a.texts == [s.text for s in subscriptions]

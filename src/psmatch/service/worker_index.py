@@ -39,16 +39,18 @@ from psmatch.service.shards import WHOLE, Shard
 
 log = logging.getLogger(__name__)
 
-LOAD_CHUNK = 2_500
+LOAD_CHUNK = 10_000
 """Subscriptions per bulk insert of a reload, and changes per group of a catch-up (and
 per read of the state or the change log, :mod:`psmatch.service.index_cache`). A group's
 changes (their stored texts and normal forms) and a bulk build's new columns are held
 beside the index, so a chunk bounds the memory a reload or a catch-up adds to the
-index's. Smaller chunks do not lower the peak without end, and cost time: a chunk's
-small Python objects live in pymalloc's arenas of 1 MiB, and an arena goes back to the
-system only when all of it is free, so the few objects that outlive a chunk (a new
-array's header, a cache entry) keep the arenas it filled; and each chunk costs the bulk
-insert's fixed overhead once."""
+index's. Each chunk costs the matcher's bulk insert its fixed overhead (the sorts and
+merges of its posting lists and trees), so larger chunks file faster: about a quarter
+less CPU in filing 200,000 BE-Gen subscriptions in chunks of 10,000 than of 2,500, and
+no less in chunks of 20,000. Smaller chunks do not lower the peak without end either:
+a chunk's small Python objects live in pymalloc's arenas of 1 MiB, and an arena goes
+back to the system only when all of it is free, so the few objects that outlive a
+chunk (a new array's header, a cache entry) keep the arenas it filled."""
 
 
 def _text(data: str | bytes) -> str:

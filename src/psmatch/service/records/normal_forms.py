@@ -142,7 +142,8 @@ def load_normal_forms(texts: Sequence[str], forms: Sequence[str | bytes]) -> Sub
 
     Cost: one JSON decode per form, then O(predicates + intervals) in C loops (``map``
     and ``chain`` over the decoded lists; the bounds' types checked against their
-    kinds by one table lookup per bound). :class:`ExpressionError` if any form is
+    kinds by the set of their types, or by a table lookup per bound where a chunk's
+    kinds are mixed). :class:`ExpressionError` if any form is
     malformed, without saying which: :func:`load_normal_form` of each finds it.
     """
     try:
@@ -177,9 +178,7 @@ def _columns(items: list[Any]) -> tuple[np.ndarray, ConjunctColumns]:
     flat = list(chain.from_iterable(bounds))
     lo, lo_closed, hi, hi_closed = flat[0::4], flat[1::4], flat[2::4], flat[3::4]
     interval_count = bound_count // 4
-    interval_kind = np.repeat(kind, interval_count)
-    if not (_ALLOWED[interval_kind, _type_codes(lo)].all()
-            and _ALLOWED[interval_kind, _type_codes(hi)].all()):  # fmt: skip
+    if not _bounds_allowed(kind, interval_count, lo, hi):
         raise ValueError("a bound of the wrong type for its predicate's kind")
     if not set(map(type, lo_closed)) <= {bool} or not set(map(type, hi_closed)) <= {bool}:
         raise ValueError("an interval end neither open nor closed")
@@ -197,6 +196,20 @@ def _counts(items: list[Any], what: str) -> np.ndarray:
     if not set(map(type, items)) <= {list}:
         raise ValueError(f"a {what} that is not a list")
     return np.fromiter(map(len, items), np.int64, len(items))
+
+
+def _bounds_allowed(kind: np.ndarray, interval_count: np.ndarray, lo: list[Any],
+                    hi: list[Any]) -> bool:  # fmt: skip
+    """Whether each interval's bounds are of types its predicate's kind allows. Bounds
+    of predicates all of one kind (BE-Gen's, many a chunk's) are checked by the set of
+    their types, one C pass each; others by a table lookup per bound."""
+    if kind.size and kind.min() == kind.max():
+        allowed = _BOUND_TYPES[KIND_OF_CODE[int(kind[0])]]
+        if set(map(type, lo)) <= allowed and set(map(type, hi)) <= allowed:
+            return True
+    interval_kind = np.repeat(kind, interval_count)
+    return bool(_ALLOWED[interval_kind, _type_codes(lo)].all()
+                and _ALLOWED[interval_kind, _type_codes(hi)].all())  # fmt: skip
 
 
 def _type_codes(bounds: list[Any]) -> np.ndarray:
