@@ -6,21 +6,26 @@ what a Spark Python worker does in :func:`psmatch.service.index_cache.sync_index
 fresh Python process (as a new worker), reporting its wall and CPU time and its peak
 resident memory:
 
-1. *a worker with no index*: it builds its matcher from the state (from the whole change
+1. the subscriptions are stored as the job stores them: validated, each put's normal
+   form logged beside it in the change log;
+2. *a worker with no index*: it builds its matcher from the state (from the whole change
    log while that holds every change since the empty state, which parses nothing; else
    from every subscription) and writes its index snapshot (:mod:`psmatch.service.snapshots`);
-2. ``--changes`` puts are then applied to the state (each replacing a subscription),
-   validated as the job validates them, their normal forms logged beside them;
-3. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
+3. ``--changes`` puts are then applied to the state (each replacing a subscription),
+   validated and logged the same way;
+4. *ready from the snapshot*: a new worker loads the snapshot and replays those changes
    from the change log.
+
+Each of ``--subscriptions`` (sizes) and ``--matcher`` (kinds) may be given several
+times: one table, two rows per size and matcher.
 
 ``--docs docs`` writes the table, with the command, to ``docs/bench-streaming.md``
 (between its ``bench_worker_reload`` markers).
 
 Usage::
 
-    .venv/bin/python bench/bench_worker_reload.py --subscriptions 100000 \\
-        --matching-probability 0.0001 [--matcher psthash] [--changes 20000] [--docs docs]
+    .venv/bin/python bench/bench_worker_reload.py --subscriptions 100000 1000000 \\
+        --matching-probability 0.0001 [--matcher auto psthash] [--changes 20000] [--docs docs]
 """
 
 from __future__ import annotations
@@ -42,7 +47,6 @@ from docsection import replace_section  # noqa: E402 - beside this script
 from psmatch.adapters.state import SourceChange, StateStore  # noqa: E402
 from psmatch.devservers.redis_server import RedisServer  # noqa: E402
 from psmatch.service.records.subscriptions import (  # noqa: E402
-    dumps_record,
     parse_subscription_record,
     subscription_value,
 )
@@ -81,11 +85,71 @@ def worker_step(settings: WorkerSettings, version: int) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def store_logged(store: StateStore, puts: list[tuple[str, str]], offset: int) -> None:
+    """Apply ``puts`` (id, expression) to the state, validated and logged as the job
+    logs them (the normal form beside the record, so that a worker replaying the log
+    parses nothing), :data:`APPLY_BATCH` a micro-batch."""
+    for start in range(0, len(puts), APPLY_BATCH):
+        validated = (parse_subscription_record(sub_id.encode(),
+                                               subscription_value(expr, "bench", {}))
+                     for sub_id, expr in puts[start:start + APPLY_BATCH])  # fmt: skip
+        store.apply([SourceChange("subs:0", offset + start + i, c.sub_id, c.stored,
+                                  c.normal_form) for i, c in enumerate(validated)])  # fmt: skip
+
+
+APPLY_BATCH = 50_000
+
+
+def measure(size: int, matchers: list[str], args: argparse.Namespace, url: str,
+            work: Path) -> list[str]:
+    """The table rows of ``size`` subscriptions, each of ``matchers``."""
+    gen = [sys.executable, "-m", "psmatch.begen", "--subscriptions", str(size),
+           "--events", "10", "--matching-probability", str(args.matching_probability),
+           "--out", str(work / "workload"), "--measure-subscriptions", "0"]  # fmt: skip
+    log.info("generating the BE-Gen workload: %s", " ".join(gen[2:]))
+    subprocess.run(gen, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+    lines = (work / "workload" / "subscriptions.tsv").read_text().splitlines()
+    subs = [(sid, expr) for sid, expr in (line.split("\t", 1) for line in lines if line)]
+    rows = []
+    for matcher in matchers:
+        prefix = f"reload{uuid.uuid4().hex[:6]}:"
+        retention = len(subs) + args.changes
+        store = StateStore.from_url(url, prefix, retention)
+        snapshots = work / f"snapshots-{prefix[:-1]}"
+        try:
+            store_logged(store, [(f"s{sid}", expr) for sid, expr in subs], 0)
+            settings = WorkerSettings(url, prefix, retention, matcher, "n", "r",
+                                      snapshot_dir=str(snapshots))  # fmt: skip
+            reload = worker_step(settings, len(subs))
+            assert reload["subscriptions"] == len(subs) and reload["version"] == len(subs)
+            mb = sum(p.stat().st_size for p in snapshots.iterdir()) / 1e6
+            log.info("%s, no index: %s (snapshot %.0f MB)", matcher, reload, mb)
+            # the snapshot falls behind: --changes puts, each replacing a subscription by
+            # another one of the workload
+            store_logged(store, [(f"s{subs[i % len(subs)][0]}", subs[(i + 1) % len(subs)][1])
+                                 for i in range(args.changes)], len(subs))  # fmt: skip
+            ready = worker_step(settings, len(subs) + args.changes)
+            assert ready["replayed"] == args.changes and ready["subscriptions"] == len(subs)
+            log.info("%s, ready from the snapshot: %s", matcher, ready)
+        finally:
+            store.clear()
+        what = f"{matcher}, {len(subs):,}"
+        rows += [
+            f"| {what} | a worker with no index: built from the {reload['built_from']} + "
+            f"snapshot write ({mb:,.0f} MB) | {reload['wall_s']:.1f} s | "
+            f"**{reload['cpu_s']:.1f} s** | {reload['peak_rss'] / 2**20:,.0f} MiB |",
+            f"| {what} | a new worker: snapshot loaded + {args.changes:,} changes replayed | "
+            f"{ready['wall_s']:.1f} s | **{ready['cpu_s']:.1f} s** | "
+            f"{ready['peak_rss'] / 2**20:,.0f} MiB |",
+        ]
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--subscriptions", type=int, default=100_000)
+    ap.add_argument("--subscriptions", type=int, nargs="+", default=[100_000])
     ap.add_argument("--matching-probability", type=float, default=0.0001)
-    ap.add_argument("--matcher", default="psthash")
+    ap.add_argument("--matcher", nargs="+", default=["psthash"])
     ap.add_argument("--changes", type=int, default=20_000, help="puts replayed by the catch-up")
     ap.add_argument("--redis-url")
     ap.add_argument("--docs", type=Path, help="write the table to <dir>/bench-streaming.md")
@@ -93,65 +157,25 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="psmatch-reload-"))
-    gen = [sys.executable, "-m", "psmatch.begen", "--subscriptions", str(args.subscriptions),
-           "--events", "10", "--matching-probability", str(args.matching_probability),
-           "--out", str(work / "workload"), "--measure-subscriptions", "0"]  # fmt: skip
-    log.info("generating the BE-Gen workload: %s", " ".join(gen[2:]))
-    subprocess.run(gen, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-    lines = (work / "workload" / "subscriptions.tsv").read_text().splitlines()
-    subs = [line.split("\t", 1) for line in lines if line]
-
     redis = None if args.redis_url else RedisServer(work / "redis", appendonly=False).start()
     url = args.redis_url or redis.url  # type: ignore[union-attr]
-    prefix = f"reload{uuid.uuid4().hex[:6]}:"
-    retention = len(subs) + args.changes
-    store = StateStore.from_url(url, prefix, retention)
     try:
-        store.apply([SourceChange("subs:0", i, f"s{sid}", dumps_record(expr, "bench", {}))
-                     for i, (sid, expr) in enumerate(subs)])  # fmt: skip
-        settings = WorkerSettings(url, prefix, retention, args.matcher, "n", "r",
-                                  snapshot_dir=str(work / "snapshots"))  # fmt: skip
-        reload = worker_step(settings, len(subs))
-        assert reload["subscriptions"] == len(subs) and reload["version"] == len(subs)
-        size = sum(p.stat().st_size for p in (work / "snapshots").iterdir())
-        log.info("full reload + snapshot write: %s (%.0f MB)", reload, size / 1e6)
-
-        # the snapshot falls behind: --changes puts, each replacing a subscription by
-        # another one of the workload, validated and logged as the job does (with the
-        # normal form beside the record, so that the replay parses nothing)
-        offset = len(subs)
-        validated = (parse_subscription_record(f"s{subs[i % len(subs)][0]}".encode(),
-                                               subscription_value(subs[(i + 1) % len(subs)][1],
-                                                                  "bench", {}))
-                     for i in range(args.changes))  # fmt: skip
-        store.apply([SourceChange("subs:0", offset + i, c.sub_id, c.stored, c.normal_form)
-                     for i, c in enumerate(validated)])  # fmt: skip
-        ready = worker_step(settings, len(subs) + args.changes)
-        assert ready["replayed"] == args.changes and ready["subscriptions"] == len(subs)
-        log.info("ready from the snapshot: %s", ready)
-        mib = 2**20
-        table = (
-            f"| step ({args.matcher}, {len(subs):,} BE-Gen subscriptions, matching probability "
-            f"{args.matching_probability}; each a new process) | wall | CPU | peak RSS |\n"
-            "| --- | --- | --- | --- |\n"
-            f"| a worker with no index: built from the {reload['built_from']} + snapshot "
-            f"write ({size / 1e6:,.0f} MB) | "
-            f"{reload['wall_s']:.1f} s | {reload['cpu_s']:.1f} s | "
-            f"{reload['peak_rss'] / mib:,.0f} MiB |\n"
-            f"| a new worker: snapshot loaded + {args.changes:,} changes replayed | "
-            f"**{ready['wall_s']:.1f} s** | {ready['cpu_s']:.1f} s | "
-            f"{ready['peak_rss'] / mib:,.0f} MiB |"
-        )  # fmt: skip
-        print(table)
-        if args.docs:
-            replace_section(args.docs / "bench-streaming.md", "bench_worker_reload", (
-                "<!-- not executed: starts redis-server and runs for minutes -->\n```sh\n"
-                f".venv/bin/python bench/bench_worker_reload.py {' '.join(sys.argv[1:])}\n"
-                f"```\n\n{table}"))  # fmt: skip
+        rows = [row for size in args.subscriptions
+                for row in measure(size, args.matcher, args, url, work)]
     finally:
-        store.clear()
         if redis is not None:
             redis.stop()
+    table = (
+        f"| matcher, BE-Gen subscriptions (matching probability {args.matching_probability}) "
+        "| step (each a new process) | wall | CPU | peak RSS |\n"
+        "| --- | --- | --- | --- | --- |\n" + "\n".join(rows)
+    )
+    print(table)
+    if args.docs:
+        replace_section(args.docs / "bench-streaming.md", "bench_worker_reload", (
+            "<!-- not executed: starts redis-server and runs for minutes -->\n```sh\n"
+            f".venv/bin/python bench/bench_worker_reload.py {' '.join(sys.argv[1:])}\n"
+            f"```\n\n{table}"))  # fmt: skip
     return 0
 
 
