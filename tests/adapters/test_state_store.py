@@ -155,6 +155,23 @@ def test_the_log_is_read_a_chunk_at_a_time_and_a_trim_meanwhile_is_a_gap(
         next(chunks)
 
 
+def test_the_log_is_read_by_column_and_its_texts_stay_bytes(store: StateStore) -> None:
+    """A run holds the changes' ids, their stored texts and normal forms as Redis holds
+    them (bytes; ``None`` for a delete and for a put logged without a form), the same
+    changes :meth:`StateStore.changes` gives one object each."""
+    store.apply([put(0, "s0"), SourceChange("subs:0", 1, "s1", dumps_record("b = 2", "x", {}),
+                                            '[[["b",0,[2,true,2,true]]]]'),
+                 SourceChange("subs:0", 2, "s0", None), put(3, "s2")])  # fmt: skip
+    runs = list(store.change_runs(0, 4, 3))
+    assert [(run.first, run.last, len(run)) for run in runs] == [(1, 3, 3), (4, 4, 1)]
+    assert runs[0].ids == ["s0", "s1", "s0"]
+    assert runs[0].records == [dumps_record("a = 1", "s0", {}).encode(),
+                               dumps_record("b = 2", "x", {}).encode(), None]  # fmt: skip
+    assert runs[0].forms == [None, b'[[["b",0,[2,true,2,true]]]]', None]
+    assert [c for run in runs for c in run.changes()] == store.changes(0, 4)
+    assert [c.op for c in store.changes(0, 4)] == ["put", "put", "del", "put"]
+
+
 def test_replies_are_parsed_in_c_by_hiredis(store: StateStore) -> None:
     """A worker catching up reads the change log whole: redis-py's reply parser in C
     (hiredis, a dependency it picks up) read 100,000 changes in 0.7-1.1 s of CPU, its
