@@ -47,6 +47,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -471,8 +472,9 @@ class StateStore:
         """Changes ``after+1 .. upto`` in order, in runs of at most ``size`` (one
         ``XRANGE`` each): memory for one run, not for the whole range (a worker's
         catch-up applies each run at once, ``psmatch.service.worker_index.LOAD_CHUNK``
-        changes). Cost per change: its reply parsed in C (hiredis), then one dictionary
-        of its fields and its id decoded; the texts stay bytes.
+        changes). Cost per change: its reply parsed in C (hiredis), then its fields
+        taken by position in C loops (:func:`_columns`) and its id decoded; the texts
+        stay bytes.
 
         :class:`ChangeLogGapError` as soon as a change is found gone, before the run
         that would lack it (the log is trimmed from its oldest end, so a reader that
@@ -491,16 +493,7 @@ class StateStore:
                     f"the change log no longer holds every change after version {after} "
                     f"up to {upto} (retention {self.retention})"
                 )
-            ids: list[str] = []
-            records: list[bytes | None] = []
-            forms: list[bytes | None] = []
-            for _, flat in entries:
-                fields = dict(zip(flat[::2], flat[1::2], strict=True))
-                ids.append(fields[b"id"].decode())
-                put = fields[b"op"] == b"put"
-                records.append(fields.get(b"rec") if put else None)
-                forms.append(fields.get(b"nf") if put else None)
-            yield ChangeRun(first, ids, records, forms)
+            yield ChangeRun(first, *_columns([flat for _, flat in entries]))
             after = last
 
     def change_chunks(self, after: int, upto: int, size: int) -> Iterator[list[Change]]:
@@ -522,3 +515,33 @@ _TLS_PARAMETERS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 def _version(entry_id: bytes) -> int:
     """The version of the change log's entry ``entry_id`` (``<version>-0``)."""
     return int(entry_id.split(b"-", 1)[0])
+
+
+_LAYOUTS = {(b"op", b"id", b"rec", b"nf"), (b"op", b"id", b"rec"), (b"op", b"id")}
+"""The field names of an entry as the apply script logs it, in its order: a put with
+its normal form, a put without, a delete."""
+_NAMES = itemgetter(slice(0, None, 2))
+_OP, _ID = itemgetter(1), itemgetter(3)
+
+
+def _columns(entries: list[list[bytes]]) -> tuple[list[str], list[bytes | None],
+                                                  list[bytes | None]]:  # fmt: skip
+    """The ids, stored texts (``None`` for a delete) and normal forms of log entries
+    (each its field names and values, alternately): by position in C loops when every
+    entry's fields are in the order the apply script writes them, else by name."""
+    if set(map(tuple, map(_NAMES, entries))) <= _LAYOUTS:
+        ids = list(map(bytes.decode, map(_ID, entries)))
+        puts = [op == b"put" for op in map(_OP, entries)]
+        records = [f[5] if put and len(f) > 4 else None
+                   for f, put in zip(entries, puts, strict=True)]  # fmt: skip
+        forms = [f[7] if put and len(f) > 6 else None
+                 for f, put in zip(entries, puts, strict=True)]  # fmt: skip
+        return ids, records, forms
+    ids, records, forms = [], [], []
+    for flat in entries:
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        ids.append(fields[b"id"].decode())
+        put = fields[b"op"] == b"put"
+        records.append(fields.get(b"rec") if put else None)
+        forms.append(fields.get(b"nf") if put else None)
+    return ids, records, forms
