@@ -110,38 +110,42 @@ def measure(size: int, matchers: list[str], args: argparse.Namespace, url: str,
     subprocess.run(gen, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     lines = (work / "workload" / "subscriptions.tsv").read_text().splitlines()
     subs = [(sid, expr) for sid, expr in (line.split("\t", 1) for line in lines if line)]
-    rows = []
-    for matcher in matchers:
-        prefix = f"reload{uuid.uuid4().hex[:6]}:"
-        retention = len(subs) + args.changes
-        store = StateStore.from_url(url, prefix, retention)
-        snapshots = work / f"snapshots-{prefix[:-1]}"
-        try:
-            store_logged(store, [(f"s{sid}", expr) for sid, expr in subs], 0)
-            settings = WorkerSettings(url, prefix, retention, matcher, "n", "r",
-                                      snapshot_dir=str(snapshots))  # fmt: skip
-            reload = worker_step(settings, len(subs))
+    prefix = f"reload{uuid.uuid4().hex[:6]}:"
+    retention = len(subs) + args.changes
+    store = StateStore.from_url(url, prefix, retention)
+    workers = {matcher: WorkerSettings(url, prefix, retention, matcher, "n", "r",
+                                       snapshot_dir=str(work / f"snapshots-{matcher}-{size}"))
+               for matcher in matchers}  # fmt: skip
+    try:
+        store_logged(store, [(f"s{sid}", expr) for sid, expr in subs], 0)
+        reloads = {}
+        for matcher, settings in workers.items():
+            reloads[matcher] = reload = worker_step(settings, len(subs))
             assert reload["subscriptions"] == len(subs) and reload["version"] == len(subs)
-            mb = sum(p.stat().st_size for p in snapshots.iterdir()) / 1e6
-            log.info("%s, no index: %s (snapshot %.0f MB)", matcher, reload, mb)
-            # the snapshot falls behind: --changes puts, each replacing a subscription by
-            # another one of the workload
-            store_logged(store, [(f"s{subs[i % len(subs)][0]}", subs[(i + 1) % len(subs)][1])
-                                 for i in range(args.changes)], len(subs))  # fmt: skip
+            log.info("%s, no index: %s", matcher, reload)
+        # the snapshots fall behind: --changes puts, each replacing a subscription by
+        # another one of the workload
+        store_logged(store, [(f"s{subs[i % len(subs)][0]}", subs[(i + 1) % len(subs)][1])
+                             for i in range(args.changes)], len(subs))  # fmt: skip
+        rows = []
+        for matcher, settings in workers.items():
             ready = worker_step(settings, len(subs) + args.changes)
             assert ready["replayed"] == args.changes and ready["subscriptions"] == len(subs)
             log.info("%s, ready from the snapshot: %s", matcher, ready)
-        finally:
-            store.clear()
-        what = f"{matcher}, {len(subs):,}"
-        rows += [
-            f"| {what} | a worker with no index: built from the {reload['built_from']} + "
-            f"snapshot write ({mb:,.0f} MB) | {reload['wall_s']:.1f} s | "
-            f"**{reload['cpu_s']:.1f} s** | {reload['peak_rss'] / 2**20:,.0f} MiB |",
-            f"| {what} | a new worker: snapshot loaded + {args.changes:,} changes replayed | "
-            f"{ready['wall_s']:.1f} s | **{ready['cpu_s']:.1f} s** | "
-            f"{ready['peak_rss'] / 2**20:,.0f} MiB |",
-        ]
+            reload = reloads[matcher]
+            assert settings.snapshot_dir is not None
+            mb = sum(p.stat().st_size for p in Path(settings.snapshot_dir).iterdir()) / 1e6
+            what = f"{matcher}, {len(subs):,}"
+            rows += [
+                f"| {what} | a worker with no index: built from the {reload['built_from']} "
+                f"+ snapshot write ({mb:,.0f} MB) | {reload['wall_s']:.1f} s | "
+                f"**{reload['cpu_s']:.1f} s** | {reload['peak_rss'] / 2**20:,.0f} MiB |",
+                f"| {what} | a new worker: snapshot loaded + {args.changes:,} changes "
+                f"replayed | {ready['wall_s']:.1f} s | **{ready['cpu_s']:.1f} s** | "
+                f"{ready['peak_rss'] / 2**20:,.0f} MiB |",
+            ]
+    finally:
+        store.clear()
     return rows
 
 
