@@ -218,7 +218,8 @@ def main() -> int:
                     help="seconds of load at --rate before the latency phase, not measured: "
                          "the JVMs the benchmark starts compile their hot code meanwhile")
     ap.add_argument("--trigger", type=float, default=1.0)
-    ap.add_argument("--matcher", default="psthash")
+    ap.add_argument("--matcher", default=ServiceConfig().matcher,
+                    help="the matcher family (default: the service's)")
     ap.add_argument("--shards", type=int, default=1,
                     help="subscription shards (psmatch.service.shards): one index per shard")
     ap.add_argument("--max-offsets-per-trigger", type=int, default=0)
