@@ -387,11 +387,6 @@ def _marker_consumer(settings: SinkSettings, group: str) -> tuple[Any, ClientErr
                                  **settings.security.client_config(), "error_cb": errors,
                                  "logger": CLIENT_LOG, "group.id": group,
                                  "enable.auto.commit": False,
-                                 "isolation.level": "read_committed",
-                                 # the marker read just after a commit finds its offsets
-                                 # still pending (unstable) until the coordinator has
-                                 # written the transaction's markers, a few milliseconds:
-                                 # asked again soon, not after librdkafka's 100 ms
-                                 "retry.backoff.ms": 5, "retry.backoff.max.ms": 100})  # fmt: skip
+                                 "isolation.level": "read_committed"})  # fmt: skip
             found = _MARKER_CONSUMERS[(settings, group)] = (consumer, errors)
         return found
