@@ -83,6 +83,7 @@ class ExactlyOnceTask:
         self._shards = shards
         self._sink: TransactionalSink | None = None
         self._claimed = False  # whether the sink is known not to be fenced
+        self._done = False  # whether commit() ended without an error
         self._id = ""
         self._marker: dict[int, int] = {}  # events partition -> first offset not covered
         self._next: dict[int, int] = {}  # events partition -> after the last offset read
@@ -178,9 +179,17 @@ class ExactlyOnceTask:
         ahead = {p: n for p, n in self._next.items() if n > self._marker[p]}
         if ahead:
             self._sink.commit(self._topic, ahead, f"batch {self._batch_id}")
+        self._done = True
 
     def close(self) -> None:
-        """Abort what was not committed; the sink stays this process's for the id."""
-        if self._sink is not None:
+        """Abort what was not committed. The sink stays this process's for the id after
+        a task that ended well; after a failure it is destroyed (a transaction call that
+        timed out, say, can leave it in a state no next task could begin from)."""
+        if self._sink is None:
+            return
+        if self._done:
             self._sink.close()
-            self._sink = None
+        else:
+            _SINKS.pop((self._settings, self._id), None)
+            self._sink.discard()
+        self._sink = None
