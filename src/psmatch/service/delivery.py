@@ -18,11 +18,8 @@ batch run again writes only what no committed transaction wrote. A ``read_commit
 consumer then reads each notification once. docs/streaming.md has the preconditions
 and the cost.
 
-A process keeps its sink of each ``transactional.id`` from task to task (a Python
-worker runs tasks of batch after batch). A kept sink puts the marker it read in its
-transaction before writing anything, a round trip that fails if another process's sink
-of the id has fenced it since (the task of an earlier batch ran in another worker): a
-new sink then replaces it, fencing the other in turn, and reads the marker again.
+Each task opens its own sink and destroys it at its end: a producer kept from task to
+task lived through broker restarts in states a later task could not always begin from.
 """
 
 from __future__ import annotations
@@ -34,7 +31,6 @@ import numpy as np
 import pyarrow as pa
 
 from psmatch.adapters.arrow import values_of
-from psmatch.adapters.kafka.client import KafkaServiceError
 from psmatch.adapters.kafka.sink import SinkSettings, TransactionalSink
 from psmatch.errors import PsmatchError
 
@@ -54,12 +50,6 @@ def transactional_prefix(checkpoint_location: str, notifications_topic: str) -> 
     checkpoint is a new query, which neither fences nor skips the old one's work)."""
     digest = hashlib.sha256(checkpoint_location.encode()).hexdigest()[:12]
     return f"psmatch.{notifications_topic}.{digest}"
-
-
-_SINKS: dict[tuple[SinkSettings, str], TransactionalSink] = {}
-"""This process's sink of each ``transactional.id``: opening one costs a producer and
-its registration with the transaction coordinator (tens of milliseconds), which a task
-of every batch would otherwise pay."""
 
 
 class ExactlyOnceTask:
@@ -82,8 +72,6 @@ class ExactlyOnceTask:
         self._shard = shard
         self._shards = shards
         self._sink: TransactionalSink | None = None
-        self._claimed = False  # whether the sink is known not to be fenced
-        self._done = False  # whether commit() ended without an error
         self._id = ""
         self._marker: dict[int, int] = {}  # events partition -> first offset not covered
         self._next: dict[int, int] = {}  # events partition -> after the last offset read
@@ -92,44 +80,9 @@ class ExactlyOnceTask:
     def _open(self, partition: int) -> TransactionalSink:
         name = f"s{self._shard}" if self._shards > 1 else f"p{partition}"
         self._id = f"{self._prefix}.{name}"
-        return self._begin()
-
-    def _begin(self) -> TransactionalSink:
-        """Begin the task's transaction on this process's sink of its id (a new one if
-        it has none, or one that was fenced)."""
-        key = (self._settings, self._id)
-        sink = _SINKS.get(key)
-        if sink is None or sink.fenced:
-            sink = _SINKS[key] = TransactionalSink(self._settings, self._id, self._id)
-            self._claimed = True  # opening it fenced every other: nothing to check
-        sink.begin()
-        self._sink = sink
-        return sink
-
-    def _renew(self) -> TransactionalSink:
-        """A new sink of the id in place of this process's (which another fenced)."""
-        assert self._sink is not None
-        self._sink.fenced = True
-        self._sink.discard()
-        return self._begin()
-
-    def _read_marker(self, partitions: list[int]) -> dict[int, int]:
-        """The marker's positions in ``partitions``. The first time, with a sink kept
-        from an earlier task, the marker is put in the transaction too, which fails if a
-        newer sink fenced this one: then, nothing being written yet, a new sink (fencing
-        that one) reads the marker again."""
-        assert self._sink is not None
-        positions = self._sink.committed(self._topic, partitions)
-        if self._claimed:
-            return positions
-        self._claimed = True
-        try:
-            self._sink.claim(self._topic, positions, f"batch {self._batch_id}")
-        except KafkaServiceError:
-            if not self._sink.fenced:
-                raise
-            return self._renew().committed(self._topic, partitions)
-        return positions
+        self._sink = TransactionalSink(self._settings, self._id, self._id)
+        self._sink.begin()
+        return self._sink
 
     def unseen(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``batches`` (with the columns ``partition`` and ``offset`` of the events)
@@ -153,7 +106,7 @@ class ExactlyOnceTask:
                                     f"partitions {handed}")  # fmt: skip
             new = [p for p in seen if p not in self._marker]
             if new:
-                self._marker.update(self._read_marker(new))
+                self._marker.update(self._sink.committed(self._topic, new))
             fresh = np.empty(len(offsets), dtype=bool)
             for p in seen:
                 rows = partitions == p
@@ -179,17 +132,9 @@ class ExactlyOnceTask:
         ahead = {p: n for p, n in self._next.items() if n > self._marker[p]}
         if ahead:
             self._sink.commit(self._topic, ahead, f"batch {self._batch_id}")
-        self._done = True
 
     def close(self) -> None:
-        """Abort what was not committed. The sink stays this process's for the id after
-        a task that ended well; after a failure it is destroyed (a transaction call that
-        timed out, say, can leave it in a state no next task could begin from)."""
-        if self._sink is None:
-            return
-        if self._done:
-            self._sink.close()
-        else:
-            _SINKS.pop((self._settings, self._id), None)
+        """Abort what was not committed and destroy the sink."""
+        if self._sink is not None:
             self._sink.discard()
-        self._sink = None
+            self._sink = None

@@ -189,29 +189,3 @@ def test_closing_an_open_transaction_aborts_it(services: LocalServices) -> None:
     marker = TransactionalSink(SinkSettings(bootstrap), f"txn-{out}", f"txn-{out}")
     assert marker.committed(inputs, [0]) == {0: 0}
     marker.close()
-
-
-def test_one_sink_commits_transaction_after_transaction_until_a_newer_one_fences_it(
-    services: LocalServices,
-) -> None:
-    """A sink is kept from task to task; the marker put in a transaction before anything
-    is written tells it that a newer sink of its id has taken over since."""
-    bootstrap = services.kafka.bootstrap_servers
-    out, inputs = _two_topics(bootstrap, 1)
-    txn = f"txn-{out}"
-    sink = TransactionalSink(SinkSettings(bootstrap), txn, txn)
-    for batch, (key, position) in enumerate([(b"a", 5), (b"b", 9)]):
-        sink.begin()
-        sink.claim(inputs, sink.committed(inputs, [0]), f"batch {batch}")
-        sink.write(_records(out, [key]))
-        sink.commit(inputs, {0: position}, f"batch {batch}")
-    assert _committed_records(bootstrap, out) == [(b"a", b"v-a"), (b"b", b"v-b")]
-    newer = TransactionalSink(SinkSettings(bootstrap), txn, txn)
-    assert newer.committed(inputs, [0]) == {0: 9}
-    sink.begin()
-    assert not sink.fenced
-    with pytest.raises(KafkaServiceError, match=r"[Ff]enced|epoch"):
-        sink.claim(inputs, sink.committed(inputs, [0]), "batch 2")
-    assert sink.fenced
-    sink.discard()
-    newer.close()

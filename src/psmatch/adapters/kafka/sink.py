@@ -10,7 +10,6 @@ sink takes as well) and the chunking of a batch by topic (:func:`topic_runs`).
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -192,21 +191,6 @@ fails. It is also how long a transaction of a task that died, and is never fence
 successor, holds back every ``read_committed`` consumer of its partitions."""
 
 
-class _FencingAtDebug(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """:data:`CLIENT_LOG` with librdkafka's report of a producer fenced by a newer one
-    of its id at DEBUG: a kept sink fenced by another worker's is what a task run in
-    another worker than its previous batch's finds (and replaces), not an error, and a
-    zombie's failed commit fails its task with its own message."""
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        if any("fenced by a newer instance" in str(arg) for arg in args):
-            level = logging.DEBUG
-        self.logger.log(level, msg, *args, **kwargs)
-
-
-_FENCING_QUIET = _FencingAtDebug(CLIENT_LOG, {})
-
-
 class TransactionalSink:
     """Writes output records in Kafka transactions, with a marker of the input read:
     the exactly-once writer (:mod:`psmatch.service.delivery` says how a matching task
@@ -218,9 +202,7 @@ class TransactionalSink:
     nothing consumes with: :meth:`commit` makes the records written since :meth:`begin`
     and the positions given visible together, or neither; :meth:`committed` reads the
     positions back. Read after the sink is opened, the positions are those of every
-    transaction that will ever commit under the id. One sink serves transaction after
-    transaction; :meth:`claim` tells, before anything is written, whether a newer one
-    of its id has fenced it since (:attr:`fenced`).
+    transaction that will ever commit under the id.
 
     The marker is read through a consumer of ``marker_group`` that this process keeps
     (:func:`_marker_consumer`): it only reads positions, so sinks one after the other
@@ -246,10 +228,9 @@ class TransactionalSink:
             "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
             "retry.backoff.ms": "20",
             "retry.backoff.max.ms": "200",
-        }, self._client_errors.record, _FENCING_QUIET)  # fmt: skip
+        }, self._client_errors.record, CLIENT_LOG)  # fmt: skip
         self._consumer, self._marker_errors = _marker_consumer(settings, marker_group)
         self._open = False
-        self.fenced = False
         try:
             self._call(self._producer.init_transactions, self._timeout_s)
         except BaseException:
@@ -263,8 +244,7 @@ class TransactionalSink:
         :class:`~psmatch.adapters.kafka.client.KafkaAuthenticationError`, a missing ACL
         on the transactional id or the marker group as
         :class:`~psmatch.adapters.kafka.client.KafkaAuthorizationError`), after which
-        the open transaction is aborted if it must be, and a fatal one marks the sink
-        :attr:`fenced`."""
+        the open transaction is aborted if it must be."""
         from confluent_kafka import KafkaError, KafkaException
 
         deadline = time.monotonic() + self._timeout_s
@@ -289,7 +269,6 @@ class TransactionalSink:
                 time.sleep(0.1)
                 continue
             if failure is not None:
-                self.fenced = self.fenced or failure.fatal
                 _, examples = self._producer.take_failures()  # why records failed
                 text = "; ".join([text, *examples])
                 if failure.abortable:
@@ -327,13 +306,6 @@ class TransactionalSink:
         self._call(self._producer.begin_transaction)
         self._open = True
 
-    def claim(self, topic: str, positions: dict[int, int], metadata: str) -> None:
-        """Put the marker, unchanged at ``positions`` (just read by :meth:`committed`),
-        in the open transaction: a round trip that fails, with :attr:`fenced` set, if a
-        newer sink of this id has fenced this one, before anything is written."""
-        self._call(self._producer.send_offsets_to_transaction, topic, positions,
-                   self._group, metadata, self._timeout_s)  # fmt: skip
-
     def write(self, records: pa.RecordBatch | pa.Table) -> None:
         """Queue ``records`` (the columns of :meth:`RecordSink.write`) in the open
         transaction, in order."""
@@ -356,7 +328,7 @@ class TransactionalSink:
 
     def close(self) -> None:
         """Abort the open transaction, if any (best effort: a successor's fencing aborts
-        it too); the sink stays usable unless :attr:`fenced`."""
+        it too)."""
         if self._open:
             self._open = False
             with contextlib.suppress(TransactionFailure):
