@@ -190,12 +190,8 @@ class _Failures:
             self.examples.append(f"{topic}: {_librdkafka().rd_kafka_err2str(err).decode()}")
 
 
-Log = logging.Logger | logging.LoggerAdapter  # type: ignore[type-arg]
-"""Where a producer's log goes."""
-
-
 def _callbacks(failures: _Failures, on_error: Callable[[int, str], None],
-               logger: Log) -> tuple[_DR_MSG_CB, _ERROR_CB, _LOG_CB]:  # fmt: skip
+               logger: logging.Logger) -> tuple[_DR_MSG_CB, _ERROR_CB, _LOG_CB]:  # fmt: skip
     """The C callbacks of one producer. They hold no reference to the producer, so that
     a producer nobody holds is destroyed (:func:`_destroy`)."""
     lib = _librdkafka()
@@ -236,7 +232,7 @@ class BatchProducer:
     """
 
     def __init__(self, config: Mapping[str, str], on_error: Callable[[int, str], None],
-                 logger: Log) -> None:  # fmt: skip
+                 logger: logging.Logger) -> None:  # fmt: skip
         lib = _librdkafka()
         self._failures = _Failures()
         callbacks = _callbacks(self._failures, on_error, logger)
