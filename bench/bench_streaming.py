@@ -45,9 +45,9 @@ the Spark job in this process and measures:
    the backlog and latency phases in each mode in turn, on the same query restarted on
    its checkpoint, with the workers' commit time per batch and Spark's steps
    (:func:`render_delivery`);
-8. *first match* (``--first-match-rate N``): new subscriptions at N changes/s, each
-   followed by events it matches; publish of a subscription → its first notification
-   (:func:`first_match`).
+8. *first match* (``--first-match-rate N``): new subscriptions at N changes/s and, every
+   0.1 s, a probe event that matches each of those published in the 2 s before it;
+   publish of a subscription → its first notification (:func:`first_match`).
 
 The full report of a run is printed and kept in the run's work directory
 (``results.json``). ``--docs docs`` also records the run's summary in
@@ -502,55 +502,60 @@ def mode_summary(throughput: dict[str, Any], lat: dict[str, Any]) -> dict[str, A
             "spark_ms": lat["spark_ms"]}  # fmt: skip
 
 
-FIRST_MATCH_PROBES_S = (0.0, 0.5, 1.5)
-"""When, after a new subscription of the first-match phase, the events it matches are
-published: a first one at once, then again, so that a subscription whose first event
-reached a batch before the subscription itself did is measured by the next."""
+FIRST_MATCH_TICK_S = 0.1
+"""How often the first-match phase publishes its probe event: the measure's resolution.
+Each subscription is notified once a tick for :data:`FIRST_MATCH_WINDOW_S`: at 1,000
+changes/s, 20,000 notifications/s."""
+FIRST_MATCH_WINDOW_S = 2.0
+"""How long after its publication a subscription of the first-match phase matches the
+probe events: a subscription not matched by then counts as unmatched."""
 
 
 def first_match(config: ServiceConfig, producer: JsonProducer, reports: list[BatchReport],
                 query: Any, rate: float, duration: float) -> dict[str, Any]:  # fmt: skip
     """New subscriptions at ``rate`` changes/s for ``duration`` s, the i-th
-    ``fm_probe = i`` (an attribute no workload event has), each followed by the events
-    ``{"fm_probe": i}`` at :data:`FIRST_MATCH_PROBES_S`; per subscription, the broker's
-    append time of its first notification less the time its record was published."""
+    ``fm_probe between i and i + w - 1`` (an attribute no workload event has; ``w``
+    subscriptions are published in :data:`FIRST_MATCH_WINDOW_S`), and every
+    :data:`FIRST_MATCH_TICK_S` a probe event ``{"fm_probe": j}``, ``j`` the newest
+    subscription published by then: each probe matches every subscription published
+    at most that window before it, none published after it. Per subscription, the
+    broker's append time of its first notification less the time its record was
+    published."""
     with TopicReader(config.bootstrap_servers, config.notifications_topic,
                      from_beginning=False) as reader:  # fmt: skip
         ends = reader.end_offsets()
     n = int(rate * duration)
+    window = max(1, int(rate * FIRST_MATCH_WINDOW_S))
     published: dict[str, float] = {}
-    probes: list[tuple[float, int]] = []
     t0 = time.monotonic()
-    sent, publishing_s = 0, 0.0
-    while sent < n or probes:
+    sent, ticks, publishing_s = 0, 0, 0.0
+    while True:
         now = time.monotonic() - t0
         due = min(n, int(now * rate) + 1)
         for i in range(sent, due):
             published[f"fm{i}"] = time.time() * 1000
             publishing_s = now
             producer.send(config.subscriptions_topic,
-                          {"expr": f"fm_probe = {i}", "subscriber": "bench"}, key=f"fm{i}")
-            probes += [(now + dt, i) for dt in FIRST_MATCH_PROBES_S]
+                          {"expr": f"fm_probe between {i} and {i + window - 1}",
+                           "subscriber": "bench"}, key=f"fm{i}")  # fmt: skip
         sent = due
-        ready = [i for at, i in probes if at <= now]
-        probes = [(at, i) for at, i in probes if at > now]
-        for i in ready:
-            producer.send(config.events_topic, {"fm_probe": i}, key=f"fm-e{i}")
+        if now >= ticks * FIRST_MATCH_TICK_S:
+            producer.send(config.events_topic, {"fm_probe": sent - 1}, key=f"fm-e{ticks}")
+            ticks += 1
+        if sent == n and now > publishing_s + FIRST_MATCH_WINDOW_S:
+            break
         time.sleep(LOAD_TICK_S)
     producer.flush(120)
-    wanted = n * len(FIRST_MATCH_PROBES_S)
     got: dict[str, float] = {}
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        with TopicReader(config.bootstrap_servers, config.notifications_topic,
-                         offsets=ends) as reader:  # fmt: skip
-            records = [r for r in reader.read_to_end() if (r.key or b"").startswith(b"fm")]
-        if len(records) >= wanted:
-            break
-        time.sleep(2)
-    for r in records:
-        sub = (r.key or b"").decode()
-        got[sub] = min(got.get(sub, float("inf")), r.timestamp_ms - published[sub])
+    with TopicReader(config.bootstrap_servers, config.notifications_topic,
+                     offsets=ends) as reader:  # fmt: skip
+        while len(got) < n and time.monotonic() < deadline:
+            for r in reader.read_to_end(timeout=120):
+                sub = (r.key or b"").decode()
+                if sub.startswith("fm"):
+                    got[sub] = min(got.get(sub, float("inf")), r.timestamp_ms - published[sub])
+            time.sleep(0 if len(got) == n else 2)
     lat = list(got.values())
     return {"changes": n, "rate": rate, "changes_per_s_sent": n / max(publishing_s, 1e-9),
             "matched": len(got), "p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99),

@@ -26,8 +26,9 @@ from psmatch import make_matcher
 from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.devservers.process import free_port
 from psmatch.devservers.standalone import StandaloneCluster
+from psmatch.service.checkpoint import snapshot_dir
 from psmatch.service.config import ServiceConfig
-from psmatch.service.job import prepare, snapshot_dir
+from psmatch.service.job import prepare
 from psmatch.service.shards import Shard, shard_of
 from psmatch.service.snapshot_decoder import Decoder
 from psmatch.service.snapshots import snapshot_path

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from psmatch.adapters.kafka.admin import Acl
+from psmatch.adapters.kafka.reader import GROUP_PREFIX
 from psmatch.service.acls import service_acls
 from psmatch.service.cli import main
 from psmatch.service.config import ServiceConfig
@@ -24,12 +25,13 @@ SINGLE = [
     Acl(JOB, "READ", "topic", "s"), Acl(JOB, "READ", "topic", "e"),
     Acl(JOB, "WRITE", "topic", "n"), Acl(JOB, "WRITE", "topic", "r"),
     *(Acl(JOB, "CREATE", "topic", name) for name in "senr"),
+    Acl(JOB, "READ", "group", GROUP_PREFIX, True),  # the driver's reader of subscriptions
 ]  # fmt: skip
 TENANTS = [
     Acl(JOB, "READ", "topic", "s.", True), Acl(JOB, "WRITE", "topic", "n.", True),
     Acl(JOB, "WRITE", "topic", "r.", True), Acl(JOB, "READ", "topic", "e"),
     Acl(JOB, "WRITE", "topic", "r"), Acl(JOB, "CREATE", "topic", "e"),
-    Acl(JOB, "CREATE", "topic", "r"),
+    Acl(JOB, "CREATE", "topic", "r"), Acl(JOB, "READ", "group", GROUP_PREFIX, True),
 ]  # fmt: skip
 
 
@@ -60,7 +62,8 @@ def test_the_transactional_prefix_covers_every_task_and_only_the_querys() -> Non
     query of its own) does not."""
     config = ServiceConfig(**TOPICS, delivery="exactly-once", checkpoint_location="/a/cp")
     ids, groups = (
-        [acl.name for acl in service_acls(config, JOB) if acl.resource == kind]
+        [acl.name for acl in service_acls(config, JOB)
+         if acl.resource == kind and acl.name != GROUP_PREFIX]
         for kind in ("transactional_id", "group")
     )  # fmt: skip
     assert ids == groups and len(ids) == 1

@@ -28,7 +28,7 @@ from psmatch import make_matcher
 from psmatch.adapters.state import SourceChange, StateStore
 from psmatch.devservers.services import LocalServices
 from psmatch.service import index_cache, snapshot_codec, tasks
-from psmatch.service.job import snapshot_dir
+from psmatch.service.checkpoint import snapshot_dir
 from psmatch.service.records.notifications import NotificationHeads
 from psmatch.service.snapshot_codec import KERNELS
 from psmatch.service.snapshots import (

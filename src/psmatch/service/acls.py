@@ -5,7 +5,10 @@ On a broker whose authorizer denies what no ACL allows (``allow.everyone.if.no.a
 =false``), the job reads the subscriptions and events topics, writes the notifications
 and rejected topics, and creates the four when they are missing; Spark's Kafka source
 reads without a consumer group (it assigns partitions and keeps its offsets in the
-checkpoint), so it needs no group ACL. READ and WRITE imply DESCRIBE. With ``delivery =
+checkpoint), but the driver reads a batch's few subscription records itself
+(:class:`~psmatch.adapters.kafka.reader.RangeReader`), whose consumer has a group
+(``psmatch-reader-<random>``, committing nothing): the job needs READ on the groups with
+that prefix. READ and WRITE imply DESCRIBE. With ``delivery =
 "exactly-once"`` its matching tasks are transactional producers that commit a marker
 as a consumer group's offsets (:mod:`psmatch.service.delivery`): they need WRITE on
 the transactional ids and READ on the groups named with the query's
@@ -50,6 +53,7 @@ def service_acls(config: ServiceConfig, principal: str) -> list[Acl]:
             *(Acl(principal, "WRITE", "topic", topic) for topic in outputs),
             *(Acl(principal, "CREATE", "topic", topic) for topic in (*inputs, *outputs)),
         ]
+    acls.append(Acl(principal, "READ", "group", GROUP_PREFIX, prefixed=True))
     if config.delivery == EXACTLY_ONCE:
         # every task's transactional.id, and its marker group, is <prefix>.p<n> or .s<n>
         tasks = transactional_prefix(config.checkpoint_location, config.notifications_topic)

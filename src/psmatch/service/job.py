@@ -2,15 +2,25 @@
 
 Owns the Spark session settings, the streaming query and the ``foreachBatch`` logic:
 
-1. A batch with subscription records (records of both topics, read by Spark's Kafka
-   source) is cached on the executors. The subscription records are decoded, validated
-   and applied to Redis there, a task per partition of the topic, in offset order
-   (idempotent on replay, see :mod:`psmatch.adapters.state`), each record inside the
-   per-record barrier (whatever one record raises makes it a rejected record, see
-   :mod:`psmatch.service.subscriptions`); only the counts and the rejects are collected to the
-   driver. A Redis fault is never a record's: it fails the batch. A batch the query's
-   offset log shows without any (:func:`batch_may_read`; most batches) skips this step
-   and is not cached: its one Spark job reads the events straight from Kafka.
+1. The batch's subscription records (records of both topics, read by Spark's Kafka
+   source) are decoded, validated and applied to Redis in offset order (idempotent on
+   replay, see :mod:`psmatch.adapters.state`), each record inside the per-record barrier
+   (whatever one record raises makes it a rejected record, see
+   :mod:`psmatch.service.subscriptions`). A Redis fault is never a record's: it fails the
+   batch. Where, depends on their offset ranges in the query's offset log
+   (:func:`psmatch.service.checkpoint.subscription_ranges`):
+
+   - none (most batches): nothing to do;
+   - at most :data:`DRIVER_APPLY_RECORDS`: the driver reads those ranges from Kafka
+     itself (:class:`psmatch.adapters.kafka.reader.RangeReader`) and applies them, so
+     that the batch runs one Spark job, the matching, and a new subscription waits for
+     no other;
+   - more, or ranges the log cannot tell: the batch is cached on the executors and a
+     Spark job applies them there, a task per partition of the topic; only the counts
+     and the rejects are collected to the driver.
+
+   Without that Spark job the batch is not cached: its one job reads the events straight
+   from Kafka.
 2. The driver reads the batch's subscription version (and the live count) from Redis.
 3. The events are matched on the executors with ``mapInArrow``
    (:func:`psmatch.service.tasks.match_batches`), every task at that version; they are never
@@ -32,7 +42,6 @@ line summarises the rejects, if any (counts by code, a few samples).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -47,16 +56,25 @@ from typing import Any
 from pyspark.accumulators import AccumulatorParam
 
 from psmatch.adapters.kafka.admin import ensure_topics, service_topics
+from psmatch.adapters.kafka.reader import RangeReader
 from psmatch.adapters.kafka.security import spark_kafka_options
 from psmatch.adapters.kafka.sink import RecordSink, SinkSettings
 from psmatch.adapters.state import StateStore
 from psmatch.errors import PsmatchError
+from psmatch.service.checkpoint import snapshot_dir, subscription_ranges
 from psmatch.service.config import ServiceConfig
 from psmatch.service.delivery import transactional_prefix
 from psmatch.service.records.common import RecordLimits
 from psmatch.service.records.tenants import tenant_of_topic, topic_pattern
 from psmatch.service.spark_rpc import spark_rpc_conf, warn_if_unprotected
-from psmatch.service.subscriptions import APPLIED_DDL, ValidatedSubscriptions, apply_batches, gather
+from psmatch.service.subscriptions import (
+    APPLIED_DDL,
+    Tenancy,
+    ValidatedSubscriptions,
+    apply_batches,
+    apply_records,
+    gather,
+)
 from psmatch.service.task_contract import (
     MAX_SAMPLES,
     OUTPUT_DDL,
@@ -86,8 +104,9 @@ class BatchReport:
     state_s: float  # the driver reading the version and the live count from Redis
     match_write_s: float
     total_s: float
-    subscriptions_validate_s: float = 0.0  # of read_s, summed over the tasks
-    subscriptions_apply_s: float = 0.0  # of read_s, summed over the tasks
+    subscriptions_validate_s: float = 0.0  # of read_s (the driver's, or summed over tasks)
+    subscriptions_apply_s: float = 0.0  # of read_s (the driver's, or summed over tasks)
+    subscriptions_on_driver: bool = False  # applied by the driver, not by a Spark job
     live_subscriptions: int = 0
     shards: int = 1
     workers: TaskMetrics = field(default_factory=TaskMetrics)
@@ -121,7 +140,8 @@ class BatchReport:
         w = self.workers
         subscribing = ""
         if self.subscription_records:
-            subscribing = (f" (in tasks: validate {self.subscriptions_validate_s:.2f} s, "
+            where = "on the driver" if self.subscriptions_on_driver else "in tasks"
+            subscribing = (f" ({where}: validate {self.subscriptions_validate_s:.2f} s, "
                            f"apply {self.subscriptions_apply_s:.2f} s)")  # fmt: skip
         snapshots = ""
         if w.snapshot_s:
@@ -249,24 +269,6 @@ def by_shard(events: Any, shards: int) -> Any:
     return events.select("*", ids).repartitionById(shards, "shard")
 
 
-def local_checkpoint(checkpoint_location: str) -> Path | None:
-    """The checkpoint directory as an absolute local path; ``None`` when it is not a local
-    path (``hdfs://``, ``s3a://``...), which the driver and the Python workers cannot
-    open as files."""
-    if "://" in checkpoint_location and not checkpoint_location.startswith("file://"):
-        return None
-    return Path(checkpoint_location.removeprefix("file://")).absolute()
-
-
-def snapshot_dir(checkpoint_location: str) -> str | None:
-    """Where the workers keep their index snapshots (:mod:`psmatch.service.snapshots`): the
-    directory ``<checkpoint>.snapshots`` beside the checkpoint, since the checkpoint is
-    already on storage every executor must reach; ``None`` (no snapshots) when the
-    checkpoint is not a local path."""
-    path = local_checkpoint(checkpoint_location)
-    return None if path is None else str(path.with_name(path.name + ".snapshots"))
-
-
 def subscription_topics(config: ServiceConfig) -> Callable[[str], bool]:
     """Whether a topic the query reads is a subscriptions topic: the job's, or with
     ``tenancy = "topics"`` a tenant's (:mod:`psmatch.service.records.tenants`)."""
@@ -275,34 +277,12 @@ def subscription_topics(config: ServiceConfig) -> Callable[[str], bool]:
     return lambda topic: topic == config.subscriptions_topic
 
 
-def batch_may_read(checkpoint_location: str, batch_id: int,
-                   topics: Callable[[str], bool]) -> bool:  # fmt: skip
-    """Whether micro-batch ``batch_id`` may hold records of a topic that ``topics`` holds.
-
-    ``False`` only when the query's offset log shows the same offsets of every partition
-    of those topics at the end of this batch as at the end of the one before: the
-    batch's range of them is then empty. Spark writes ``<checkpoint>/offsets/<id>`` before
-    it runs batch ``id`` (a version line ``v1``, a line of metadata, then one line per
-    source: for the Kafka source ``{"topic": {"partition": offset}}``), and batch ``id``
-    starts where batch ``id - 1`` ended. ``True`` whenever that cannot be told: the first
-    batch, a checkpoint that is not a local path, a missing or unexpected file.
-
-    Cost: two small local files read, no Spark job.
-    """
-    path = local_checkpoint(checkpoint_location)
-    if path is None or batch_id == 0:
-        return True
-    ends = []
-    for n in (batch_id - 1, batch_id):
-        try:
-            lines = (path / "offsets" / str(n)).read_text().splitlines()
-            if lines[0] != "v1" or len(lines) != 3:
-                return True
-            ends.append({name: offsets for name, offsets in json.loads(lines[2]).items()
-                         if topics(name)})  # fmt: skip
-        except (OSError, IndexError, ValueError, AttributeError):
-            return True
-    return not ends[0] or ends[0] != ends[1]
+DRIVER_APPLY_RECORDS = 5_000
+"""A batch with at most this many subscription records has them read, validated and
+applied by the driver (with no Spark job: a new subscription's first match waits for
+one job, the matching, not two); more, by a Spark job over the partitions in parallel
+(:mod:`psmatch.service.subscriptions`). Validating costs tens of microseconds a record,
+so this many take about as long as the job's own fixed cost."""
 
 
 def worker_settings(config: ServiceConfig) -> WorkerSettings:
@@ -347,6 +327,7 @@ class BatchProcessor:
         self.sink_settings = SinkSettings(config.bootstrap_servers, config.kafka_security,
                                           config.sink_compression)  # fmt: skip
         self._sink: RecordSink | None = None
+        self._reader: RangeReader | None = None
         self.on_report = on_report
         self._param = _MetricsParam()
         self.is_subscriptions = subscription_topics(config)
@@ -358,6 +339,14 @@ class BatchProcessor:
             self._sink = RecordSink(self.sink_settings)
         return self._sink
 
+    @property
+    def reader(self) -> RangeReader:
+        """The driver's reader of the subscription records it applies: opened at first
+        use."""
+        if self._reader is None:
+            self._reader = RangeReader(self.config.bootstrap_servers, self.config.kafka_security)
+        return self._reader
+
     def __call__(self, df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
@@ -367,15 +356,24 @@ class BatchProcessor:
             "key", "value", "topic", "partition", "offset",
             F.unix_millis("timestamp").alias("ts"),
         )  # fmt: skip
-        # A batch without subscription records (most of them) runs no validation job, and
-        # its one job reads the events straight from Kafka; otherwise the batch is
-        # cached, so that the validation job and the matching job read Kafka once.
-        subscribing = batch_may_read(cfg.checkpoint_location, batch_id, self.is_subscriptions)
-        if subscribing:
+        # A batch without subscription records (most of them), or with a few that the
+        # driver applies, runs one job, which reads the events straight from Kafka; with
+        # more, the batch is cached, so that the validation job and the matching job read
+        # Kafka once.
+        ranges = subscription_ranges(cfg.checkpoint_location, batch_id, self.is_subscriptions)
+        on_driver = ranges is not None and sum(
+            end - start for start, end in ranges.values()) <= DRIVER_APPLY_RECORDS
+        in_tasks = not on_driver  # a Spark job validates and applies them
+        if in_tasks:
             batch = batch.persist()
         try:
             validated = ValidatedSubscriptions()
-            if subscribing:  # validated and applied on the executors, in parallel
+            if ranges and on_driver:
+                validated = apply_records(self.store, self.store.version(), (
+                    (r.key, r.value, r.topic, r.partition, r.offset)
+                    for r in self.reader.read(ranges)), self.settings.limits,
+                    Tenancy.of(self.settings))  # fmt: skip
+            elif in_tasks:  # validated and applied on the executors, in parallel
                 floor = self.store.version()
                 validated = gather(
                     batch.filter(F.col("topic") != cfg.events_topic)
@@ -405,7 +403,7 @@ class BatchProcessor:
                 self.sink.flush()
             t3 = time.perf_counter()
         finally:
-            if subscribing:
+            if in_tasks:
                 batch.unpersist()
         workers: TaskMetrics = acc.value
         report = BatchReport(
@@ -419,6 +417,7 @@ class BatchProcessor:
             total_s=t3 - t0,
             subscriptions_validate_s=validated.validate_s,
             subscriptions_apply_s=validated.apply_s,
+            subscriptions_on_driver=on_driver and bool(ranges),
             live_subscriptions=live,
             shards=cfg.shards,
             workers=workers,

@@ -1,5 +1,6 @@
 """psmatch.adapters.kafka.reader against a real broker: records written by kafka-python
-(another client), read to the end, from given offsets, from given partitions."""
+(another client), read to the end, from given offsets, from given partitions; offset
+ranges of several topics read as Spark's source reads them."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kafka import KafkaProducer
 from psmatch.adapters.kafka.admin import ensure_topics
 from psmatch.adapters.kafka.client import KafkaServiceError
 from psmatch.adapters.kafka.producer import JsonProducer
-from psmatch.adapters.kafka.reader import TopicReader
+from psmatch.adapters.kafka.reader import RangeReader, TopicReader
 from psmatch.devservers.services import LocalServices
 from tests.adapters.kafka.topics import new_topics
 
@@ -77,3 +78,38 @@ def test_topic_reader_reads_the_partitions_it_is_given(services: LocalServices) 
     assert sorted(int(r.value or b"") for r in records) == [1, 3, 5, 7, 9]
     with pytest.raises(KafkaServiceError, match=r"has no partition \[2\]"):
         TopicReader(bootstrap, topic, partitions=[0, 2])
+
+
+def test_range_reader_reads_exactly_the_ranges_of_several_topics(
+    services: LocalServices,
+) -> None:
+    """Each ``[start, end)`` and nothing else, an empty range reads nothing, a range
+    ending at a partition's end is read without waiting, and one reader serves read
+    after read."""
+    bootstrap = services.kafka.bootstrap_servers
+    first = _kafka_python_topic(bootstrap, 2,
+                                [{"value": b"%d" % i, "partition": i % 2} for i in range(20)])
+    second = _kafka_python_topic(bootstrap, 1, [{"value": b"x%d" % i} for i in range(5)])
+    with RangeReader(bootstrap) as reader:
+        records = reader.read({(first, 0): (2, 6), (first, 1): (9, 10), (second, 0): (3, 5)})
+        assert reader.read({(first, 0): (4, 4)}) == []
+        again = reader.read({(first, 1): (0, 2)})
+    by_partition = {(r.topic, r.partition): [] for r in records}
+    for r in records:
+        by_partition[r.topic, r.partition].append((r.offset, r.value))
+    assert by_partition == {
+        (first, 0): [(2, b"4"), (3, b"6"), (4, b"8"), (5, b"10")],
+        (first, 1): [(9, b"19")],
+        (second, 0): [(3, b"x3"), (4, b"x4")],
+    }
+    assert [(r.offset, r.value) for r in again] == [(0, b"1"), (1, b"3")]
+
+
+def test_range_reader_gives_up_on_a_range_past_the_end(services: LocalServices) -> None:
+    """A range the partition does not have (yet) is an error after the timeout, never a
+    silent short read."""
+    bootstrap = services.kafka.bootstrap_servers
+    topic = _kafka_python_topic(bootstrap, 1, [{"value": b"%d" % i} for i in range(3)])
+    with RangeReader(bootstrap) as reader, pytest.raises(KafkaServiceError,
+                                                         match="to their ends in 2"):  # fmt: skip
+        reader.read({(topic, 0): (1, 9)}, timeout=2)

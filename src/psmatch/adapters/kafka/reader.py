@@ -1,9 +1,11 @@
-"""Reading one topic without a consumer group: :class:`TopicReader` and its
-:class:`Record`.
+"""Reading topics without committing: :class:`TopicReader`, :class:`RangeReader` and
+their :class:`Record`.
 
-Owns reading from the beginning, the end or given offsets, all partitions or some, to
-the current end or following new records: what ``psmatch tail`` and ``psmatch
-rebuild-state``, the tests and the benchmark read with.
+Owns reading one topic from the beginning, the end or given offsets, all partitions or
+some, to the current end or following new records: what ``psmatch tail`` and ``psmatch
+rebuild-state``, the tests and the benchmark read with; and reading given offset ranges
+of any topics' partitions, as Spark's Kafka source does: what the job's driver reads a
+micro-batch's few subscription records with (:mod:`psmatch.service.job`).
 """
 
 from __future__ import annotations
@@ -184,6 +186,92 @@ class TopicReader:
         self._consumer.close()
 
     def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RangeReader:
+    """Reads given offset ranges ``[start, end)`` of any topics' partitions, the records
+    Spark's Kafka source reads for the same ranges: with its isolation
+    (``read_uncommitted``), committing nothing. librdkafka's consumer needs a group, so
+    the principal needs READ on the topics and on the groups prefixed
+    :data:`GROUP_PREFIX`, as a :class:`TopicReader`'s does. One consumer, kept open from
+    read to read."""
+
+    def __init__(self, bootstrap_servers: str, security: KafkaSecurity = PLAINTEXT) -> None:
+        self._client_errors = ClientErrors(bootstrap_servers)
+        self._consumer = Consumer({
+            **client_config(bootstrap_servers, security, self._client_errors),
+            "group.id": f"{GROUP_PREFIX}{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            # a start that retention removed reads from what is left, as Spark does with
+            # failOnDataLoss off
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,
+        })  # fmt: skip
+
+    def read(self, ranges: Mapping[tuple[str, int], tuple[int, int]],
+             timeout: float = 30.0) -> list[Record]:  # fmt: skip
+        """The records of each ``(topic, partition): (start, end)``, in offset order
+        within a partition (partitions interleaved). A range is read when its last
+        record is, or when the partition's end is at or past ``end`` (compaction may have
+        removed its last records). :class:`KafkaServiceError` after ``timeout`` s.
+
+        Cost: the records' bytes fetched once; no metadata request beyond librdkafka's.
+        """
+        pending = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
+        if not pending:
+            return []
+        self._consumer.assign([TopicPartition(t, p, start)
+                               for (t, p), (start, _) in pending.items()])  # fmt: skip
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                if time.monotonic() > deadline:
+                    raise KafkaServiceError(
+                        f"could not read {sorted(pending)} to their ends in {timeout} s")
+                self._client_errors.check()
+                # consume() waits out its whole timeout unless it gets all it asks for:
+                # take what has arrived, else wait for the next one alone
+                messages = self._consumer.consume(num_messages=10_000, timeout=0)
+                if not messages:
+                    first = self._consumer.poll(0.1)
+                    messages = [] if first is None else [first]
+                for msg in messages:
+                    tp = (msg.topic(), msg.partition())
+                    err = msg.error()
+                    if err is None or err.code() == KafkaError._PARTITION_EOF:
+                        if tp not in pending:
+                            continue
+                        end = pending[tp][1]
+                        if err is None and msg.offset() < end:
+                            out.append(Record(*tp, msg.offset(), msg.key(), msg.value(),
+                                              msg.timestamp()[1]))  # fmt: skip
+                        # a record's offset is its own, end-of-partition's the next one's
+                        if msg.offset() >= end - (err is None):
+                            del pending[tp]
+                    elif err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        raise KafkaAuthorizationError(
+                            f"not authorised to read topic {tp[0]}: the principal needs READ on it")
+                    elif err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                        raise KafkaAuthorizationError(
+                            f"not authorised to read {', '.join(sorted({t for t, _ in pending}))}: "
+                            f"the reader's consumer group is {GROUP_PREFIX}<random>, so the "
+                            "principal needs READ on the groups with that prefix")
+                    else:
+                        raise KafkaServiceError(f"reading {tp[0]} [{tp[1]}]: {err}")
+        finally:
+            self._consumer.unassign()
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> RangeReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
