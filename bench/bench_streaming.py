@@ -926,8 +926,9 @@ def render_delivery(r: dict[str, Any]) -> str:
     fm = r.get("first_match")
     first_row = "" if fm is None else (
         f"\nNew subscriptions at {fm['rate']:,.0f} changes/s ({fm['changes']:,}, sent at "
-        f"{fm['changes_per_s_sent']:,.0f}/s), each followed by events it matches: publish "
-        f"of a subscription → its first notification p50 / p99 / max "
+        f"{fm['changes_per_s_sent']:,.0f}/s), a probe event every "
+        f"{FIRST_MATCH_TICK_S} s matching those of the last {FIRST_MATCH_WINDOW_S:.0f} s: "
+        f"publish of a subscription → its first notification p50 / p99 / max "
         f"{fm['p50_ms']:,.0f} / **{fm['p99_ms']:,.0f}** / {fm['max_ms']:,.0f} ms "
         f"({fm['matched']:,} matched; delivery {modes[-1][0]}).\n")
     return f"""\

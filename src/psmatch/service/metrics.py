@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 INPUTS = ("subscriptions", "events")
 PHASES = (
     "read", "state", "match_write",  # driver: wall-clock seconds of the batch's steps
-    "subscriptions_validate", "subscriptions_apply",  # summed over tasks
+    "subscriptions_validate", "subscriptions_apply",  # the driver's, or summed over tasks
     # summed over tasks, disjoint (for a stacked chart): worker_sync is the catch-up
     # without its snapshot writes, worker_snapshot
     "worker_sync", "worker_snapshot", "worker_parse", "worker_match", "worker_encode",

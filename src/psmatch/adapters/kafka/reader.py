@@ -214,11 +214,13 @@ class RangeReader:
         })  # fmt: skip
 
     def read(self, ranges: Mapping[tuple[str, int], tuple[int, int]],
-             timeout: float = 30.0) -> list[Record]:  # fmt: skip
+             timeout: float = 120.0) -> list[Record]:  # fmt: skip
         """The records of each ``(topic, partition): (start, end)``, in offset order
         within a partition (partitions interleaved). A range is read when its last
         record is, or when the partition's end is at or past ``end`` (compaction may have
-        removed its last records). :class:`KafkaServiceError` after ``timeout`` s.
+        removed its last records). :class:`KafkaServiceError` after ``timeout`` s (by
+        default as long as Spark's source waits for a fetch, ``spark.network.timeout``:
+        a broker that is restarting is waited for).
 
         Cost: the records' bytes fetched once; no metadata request beyond librdkafka's.
         """
