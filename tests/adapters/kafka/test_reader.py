@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from kafka import KafkaProducer
 
 from psmatch.adapters.kafka.admin import ensure_topics
@@ -113,3 +114,31 @@ def test_range_reader_gives_up_on_a_range_past_the_end(services: LocalServices) 
     with RangeReader(bootstrap) as reader, pytest.raises(KafkaServiceError,
                                                          match="to their ends in 2"):  # fmt: skip
         reader.read({(topic, 0): (1, 9)}, timeout=2)
+
+
+def test_range_reader_reads_past_the_markers_of_transactions(services: LocalServices) -> None:
+    """A transaction's commit marker takes an offset no record has: a range ending on one
+    is read once the partition's end is past it, and aborted records are read, as Spark's
+    source (``read_uncommitted``) reads them."""
+    bootstrap = services.kafka.bootstrap_servers
+    topic = next(iter(new_topics()))
+    ensure_topics(bootstrap, {topic: {}}, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap,
+                         "transactional.id": f"reader-test-{uuid.uuid4().hex}"})  # fmt: skip
+    producer.init_transactions(30)
+    for values, commit in (([b"a", b"b"], True), ([b"x"], False), ([b"c"], True)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+    with TopicReader(bootstrap, topic) as reader:
+        end = reader.end_offsets()[0]
+    assert end == 7  # a, b, marker, x, marker, c, marker
+    with RangeReader(bootstrap) as reader:
+        assert [r.value for r in reader.read({(topic, 0): (0, 3)}, timeout=30)] == [b"a", b"b"]
+        assert [r.value for r in reader.read({(topic, 0): (0, end)}, timeout=30)] == [
+            b"a", b"b", b"x", b"c"]

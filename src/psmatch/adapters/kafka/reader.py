@@ -211,6 +211,8 @@ class RangeReader:
             # failOnDataLoss off
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 50,
+            # Spark's (the Java client's) default; librdkafka's is read_committed
+            "isolation.level": "read_uncommitted",
         })  # fmt: skip
 
     def read(self, ranges: Mapping[tuple[str, int], tuple[int, int]],
