@@ -361,14 +361,13 @@ class BatchProcessor:
         # more, the batch is cached, so that the validation job and the matching job read
         # Kafka once.
         ranges = subscription_ranges(cfg.checkpoint_location, batch_id, self.is_subscriptions)
-        on_driver = ranges is not None and sum(
-            end - start for start, end in ranges.values()) <= DRIVER_APPLY_RECORDS
-        in_tasks = not on_driver  # a Spark job validates and applies them
+        in_tasks = ranges is None or sum(  # a Spark job validates and applies them
+            end - start for start, end in ranges.values()) > DRIVER_APPLY_RECORDS
         if in_tasks:
             batch = batch.persist()
         try:
             validated = ValidatedSubscriptions()
-            if ranges and on_driver:
+            if ranges and not in_tasks:
                 validated = apply_records(self.store, self.store.version(), (
                     (r.key, r.value, r.topic, r.partition, r.offset)
                     for r in self.reader.read(ranges)), self.settings.limits,
@@ -417,7 +416,7 @@ class BatchProcessor:
             total_s=t3 - t0,
             subscriptions_validate_s=validated.validate_s,
             subscriptions_apply_s=validated.apply_s,
-            subscriptions_on_driver=on_driver and bool(ranges),
+            subscriptions_on_driver=bool(ranges) and not in_tasks,
             live_subscriptions=live,
             shards=cfg.shards,
             workers=workers,
