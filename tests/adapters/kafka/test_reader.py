@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Producer
 from kafka import KafkaProducer
 
-from psmatch.adapters.kafka.admin import ensure_topics
+from psmatch.adapters.kafka.admin import delete_topics, ensure_topics
 from psmatch.adapters.kafka.client import KafkaServiceError
 from psmatch.adapters.kafka.producer import JsonProducer
 from psmatch.adapters.kafka.reader import RangeReader, TopicReader
@@ -114,6 +114,27 @@ def test_range_reader_gives_up_on_a_range_past_the_end(services: LocalServices) 
     with RangeReader(bootstrap) as reader, pytest.raises(KafkaServiceError,
                                                          match="to their ends in 2"):  # fmt: skip
         reader.read({(topic, 0): (1, 9)}, timeout=2)
+
+
+def test_range_reader_gives_up_the_ranges_of_a_deleted_topic(
+    services: LocalServices, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A topic deleted after its ranges were planned (a tenant removed) is given up with
+    a warning, well before the timeout; the other topics' ranges are read."""
+    bootstrap = services.kafka.bootstrap_servers
+    kept = _kafka_python_topic(bootstrap, 1, [{"value": b"k%d" % i} for i in range(3)])
+    deleted = _kafka_python_topic(bootstrap, 2, [{"value": b"d%d" % i} for i in range(4)])
+    delete_topics(bootstrap, [deleted])
+    with RangeReader(bootstrap) as reader:
+        started = time.monotonic()
+        records = reader.read({(kept, 0): (0, 3), (deleted, 0): (0, 2), (deleted, 1): (0, 2)},
+                              timeout=60)  # fmt: skip
+        took = time.monotonic() - started
+    assert [(r.topic, r.value) for r in records] == [(kept, b"k0"), (kept, b"k1"), (kept, b"k2")]
+    assert took < 30, "given up when the topic was found missing, not at the timeout"
+    assert sorted(m for m in caplog.messages if deleted in m) == [
+        f"topic {deleted} was deleted: offsets 0 to 1 of its partition {p} are given up"
+        for p in (0, 1)]
 
 
 def test_range_reader_reads_past_the_markers_of_transactions(services: LocalServices) -> None:

@@ -11,13 +11,21 @@ micro-batch's few subscription records with (:mod:`psmatch.service.job`).
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 
 from psmatch.adapters.kafka.client import (
     ClientErrors,
@@ -26,6 +34,8 @@ from psmatch.adapters.kafka.client import (
     client_config,
 )
 from psmatch.adapters.kafka.security import PLAINTEXT, KafkaSecurity
+
+log = logging.getLogger(__name__)
 
 GROUP_PREFIX = "psmatch-reader-"
 """The prefix of every reader's consumer group id (a reader commits nothing, yet the
@@ -192,6 +202,11 @@ class TopicReader:
         self.close()
 
 
+STALL_CHECK_S = 1.0
+"""How long :meth:`RangeReader.read` goes without a record before it looks up whether
+its topics still exist."""
+
+
 class RangeReader:
     """Reads given offset ranges ``[start, end)`` of any topics' partitions, the records
     Spark's Kafka source reads for the same ranges: with its isolation
@@ -222,9 +237,14 @@ class RangeReader:
         record is, or when the partition's end is at or past ``end`` (compaction may have
         removed its last records). :class:`KafkaServiceError` after ``timeout`` s (by
         default as long as Spark's source waits for a fetch, ``spark.network.timeout``:
-        a broker that is restarting is waited for).
+        a broker that is restarting is waited for). A range of a topic deleted meanwhile
+        is given up, with a warning, as Spark's source gives it up with
+        ``failOnDataLoss`` off: librdkafka reports nothing for a deleted topic's assigned
+        partition, so after :data:`STALL_CHECK_S` without a record the topics are looked
+        up.
 
-        Cost: the records' bytes fetched once; no metadata request beyond librdkafka's.
+        Cost: the records' bytes fetched once; one metadata request per
+        :data:`STALL_CHECK_S` without progress.
         """
         pending = {tp: r for tp, r in ranges.items() if r[1] > r[0]}
         if not pending:
@@ -233,11 +253,16 @@ class RangeReader:
                                for (t, p), (start, _) in pending.items()])  # fmt: skip
         out: list[Record] = []
         deadline = time.monotonic() + timeout
+        stall_check = time.monotonic() + STALL_CHECK_S
         try:
             while pending:
-                if time.monotonic() > deadline:
+                now = time.monotonic()
+                if now > deadline:
                     raise KafkaServiceError(
                         f"could not read {sorted(pending)} to their ends in {timeout} s")
+                if now > stall_check:
+                    self._give_up_deleted(pending)
+                    stall_check = now + STALL_CHECK_S
                 self._client_errors.check()
                 # consume() waits out its whole timeout unless it gets all it asks for:
                 # take what has arrived, else wait for the next one alone
@@ -245,6 +270,8 @@ class RangeReader:
                 if not messages:
                     first = self._consumer.poll(0.1)
                     messages = [] if first is None else [first]
+                if messages:
+                    stall_check = time.monotonic() + STALL_CHECK_S
                 for msg in messages:
                     tp = (msg.topic(), msg.partition())
                     err = msg.error()
@@ -271,6 +298,18 @@ class RangeReader:
         finally:
             self._consumer.unassign()
         return out
+
+    def _give_up_deleted(self, pending: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """Drops from ``pending`` the ranges of topics the cluster no longer has. A
+        metadata request that fails (a broker restarting) drops nothing."""
+        try:
+            topics = self._consumer.list_topics(timeout=5.0).topics
+        except KafkaException:  # unreachable now: the read's timeout decides
+            return
+        for tp in [tp for tp in pending if tp[0] not in topics]:
+            start, end = pending.pop(tp)
+            log.warning("topic %s was deleted: offsets %d to %d of its partition %d are "
+                        "given up", tp[0], start, end - 1, tp[1])  # fmt: skip
 
     def close(self) -> None:
         self._consumer.close()
