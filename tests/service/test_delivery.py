@@ -122,6 +122,58 @@ def test_a_task_of_one_shard_refuses_events_of_two_partitions(
         task.close()
 
 
+def test_a_task_matches_its_first_events_while_its_sink_opens_and_again_if_covered(
+    make_config: Callable[..., ServiceConfig],
+) -> None:
+    """The first batch is passed on whole while the producer opens; the first write
+    waits for it. When a committed transaction covers some of those events (the task ran
+    before), the write raises :class:`CoveredEvents` having written nothing, and the
+    batches it carries, passed through :meth:`ExactlyOnceTask.unseen` again, lose the
+    covered events."""
+    import pyarrow as pa
+
+    from psmatch.adapters.kafka.admin import ensure_topics
+    from psmatch.adapters.kafka.sink import SinkSettings
+    from psmatch.service.delivery import CoveredEvents, transactional_prefix
+    from psmatch.service.task_contract import output_records
+
+    config = make_config()
+    out = config.notifications_topic
+    ensure_topics(config.bootstrap_servers, {config.events_topic: {}, out: {}}, partitions=1)
+    prefix = transactional_prefix(config.checkpoint_location, "n")
+
+    def events(first: int, last: int) -> pa.RecordBatch:
+        offsets = list(range(first, last))
+        return pa.RecordBatch.from_pydict({"partition": pa.array([0] * len(offsets), pa.int32()),
+                                           "offset": pa.array(offsets, pa.int64())})  # fmt: skip
+
+    def task(batch_id: int) -> ExactlyOnceTask:
+        return ExactlyOnceTask(SinkSettings(config.bootstrap_servers), prefix,
+                               config.events_topic, batch_id, 0, 1)  # fmt: skip
+
+    earlier = task(0)
+    try:
+        assert list(earlier.unseen(iter([events(0, 5)]))) == [events(0, 5)]
+        earlier.write(output_records(out, [(b"k", b"first")]))
+        earlier.commit()  # the marker: offset 5
+    finally:
+        earlier.close()
+    again = task(1)
+    try:
+        assert list(again.unseen(iter([events(3, 8)]))) == [events(3, 8)]  # whole
+        with pytest.raises(CoveredEvents) as covered:
+            again.write(output_records(out, [(b"k", b"again")]))
+        assert covered.value.batches == [events(3, 8)]
+        assert list(again.unseen(iter(covered.value.batches))) == [events(5, 8)]
+        assert again.replayed == 2
+        again.write(output_records(out, [(b"k", b"second")]))
+        again.commit()
+    finally:
+        again.close()
+    with TopicReader(config.bootstrap_servers, out) as reader:
+        assert [r.value for r in reader.read_to_end()] == [b"first", b"second"]
+
+
 def test_the_delivery_mode_is_a_setting_checked_at_load() -> None:
     from psmatch.service.errors import ConfigError
 

@@ -20,11 +20,16 @@ and the cost.
 
 Each task opens its own sink and destroys it at its end: a producer kept from task to
 task lived through broker restarts in states a later task could not always begin from.
+Opening it (``init_transactions``, a round trip or more to the broker, at times half a
+second) runs in a thread while the task's first events are matched: nothing is written
+before it is open and its marker read, and should the marker cover any of those events
+(a batch run again) the task matches them again without them (:class:`CoveredEvents`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -52,15 +57,53 @@ def transactional_prefix(checkpoint_location: str, notifications_topic: str) -> 
     return f"psmatch.{notifications_topic}.{digest}"
 
 
+class CoveredEvents(PsmatchError):
+    """The first events a task matched while its sink was opening include events a
+    committed transaction covers: the task was run before. Nothing of them was written;
+    :attr:`batches` (those events' input batches, in order) are to be matched again,
+    before the rest of the input, through :meth:`ExactlyOnceTask.unseen`, which now
+    leaves the covered events out."""
+
+    def __init__(self, batches: list[pa.RecordBatch]) -> None:
+        super().__init__("events matched before the marker was read are covered by it")
+        self.batches = batches
+
+
+class _Opening(threading.Thread):
+    """A task's :class:`TransactionalSink` being opened (which fences the earlier
+    attempts), its transaction begun and its marker read for ``partitions``."""
+
+    def __init__(self, settings: SinkSettings, transactional_id: str, topic: str,
+                 partitions: list[int]) -> None:  # fmt: skip
+        super().__init__(name=f"open {transactional_id}", daemon=True)
+        self._args = settings, transactional_id, topic, partitions
+        self.sink: TransactionalSink | None = None
+        self.marker: dict[int, int] = {}
+        self.error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        settings, transactional_id, topic, partitions = self._args
+        try:
+            self.sink = TransactionalSink(settings, transactional_id, transactional_id)
+            self.sink.begin()
+            self.marker = self.sink.committed(topic, partitions)
+        except BaseException as exc:  # handed to the task's thread, which raises it
+            self.error = exc
+
+
 class ExactlyOnceTask:
     """The exactly-once writing of one matching task of batch ``batch_id``.
 
     :meth:`unseen` passes on the task's input batches without the events a committed
-    transaction covers, opening the task's :class:`TransactionalSink` at the first
-    event (which fences the earlier attempts); :meth:`write` queues output records in
-    its transaction, :meth:`commit` commits them with the marker after the last event
-    read, :meth:`close` aborts whatever was not committed. A task without events opens
-    no sink and commits nothing.
+    transaction covers. At the first event it starts opening the task's
+    :class:`TransactionalSink` (which fences the earlier attempts) and passes that
+    first batch on whole, to be matched meanwhile; the next call of any method waits
+    for the sink and its marker and raises :class:`CoveredEvents` should the marker
+    cover any of that batch. :meth:`write` queues output records in the transaction,
+    :meth:`commit` commits them with the marker after the last event read,
+    :meth:`close` aborts whatever was not committed. A task without events opens no
+    sink and commits nothing.
     """
 
     def __init__(self, sink: SinkSettings, prefix: str, events_topic: str, batch_id: int,
@@ -72,17 +115,32 @@ class ExactlyOnceTask:
         self._shard = shard
         self._shards = shards
         self._sink: TransactionalSink | None = None
+        self._opening: _Opening | None = None
+        self._first: tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None = None
         self._id = ""
         self._marker: dict[int, int] = {}  # events partition -> first offset not covered
         self._next: dict[int, int] = {}  # events partition -> after the last offset read
         self.replayed = 0  # events left out: a committed transaction covers them
 
-    def _open(self, partition: int) -> TransactionalSink:
-        name = f"s{self._shard}" if self._shards > 1 else f"p{partition}"
-        self._id = f"{self._prefix}.{name}"
-        self._sink = TransactionalSink(self._settings, self._id, self._id)
-        self._sink.begin()
-        return self._sink
+    def _settle(self, in_hand: pa.RecordBatch | None = None) -> None:
+        """Wait for the sink being opened; :class:`CoveredEvents` (with the first batch
+        and ``in_hand``, an input batch taken since) if its marker covers any event of
+        the first batch."""
+        opening = self._opening
+        if opening is None:
+            return
+        opening.join()
+        self._opening = None
+        self._sink = opening.sink  # destroyed by close() should the opening have failed
+        if opening.error is not None:
+            raise opening.error
+        self._marker.update(opening.marker)
+        assert self._first is not None  # set with the opening
+        batch, partitions, offsets = self._first
+        self._first = None
+        if any((offsets[partitions == p] < self._marker[p]).any()
+               for p in np.unique(partitions).tolist()):  # fmt: skip
+            raise CoveredEvents([batch] + ([in_hand] if in_hand is not None else []))
 
     def unseen(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``batches`` (with the columns ``partition`` and ``offset`` of the events)
@@ -97,13 +155,21 @@ class ExactlyOnceTask:
                 continue
             partitions = values_of(batch.column("partition")).astype(np.int64)
             offsets = values_of(batch.column("offset")).astype(np.int64)
-            if self._sink is None:
-                self._open(int(partitions[0]))
             seen = np.unique(partitions).tolist()
-            handed = sorted(set(seen) | set(self._marker))
+            handed = sorted(set(seen) | set(self._next))
+            name = f"s{self._shard}" if self._shards > 1 else f"p{handed[0]}"
+            self._id = self._id or f"{self._prefix}.{name}"
             if self._shards == 1 and len(handed) > 1:
                 raise DeliveryError(f"the task of {self._id} was handed events of "
                                     f"partitions {handed}")  # fmt: skip
+            if self._sink is None and self._opening is None:
+                self._opening = _Opening(self._settings, self._id, self._topic, seen)
+                self._first = batch, partitions, offsets
+                self._advance(partitions, offsets, seen)
+                yield batch
+                continue
+            self._settle(batch)
+            assert self._sink is not None  # settled
             new = [p for p in seen if p not in self._marker]
             if new:
                 self._marker.update(self._sink.committed(self._topic, new))
@@ -111,8 +177,7 @@ class ExactlyOnceTask:
             for p in seen:
                 rows = partitions == p
                 fresh[rows] = offsets[rows] >= self._marker[p]
-                last = int(offsets[rows].max()) + 1
-                self._next[p] = max(self._next.get(p, 0), last)
+            self._advance(partitions, offsets, seen)
             if fresh.all():
                 yield batch
                 continue
@@ -120,13 +185,22 @@ class ExactlyOnceTask:
             if fresh.any():
                 yield batch.filter(pa.array(fresh))
 
+    def _advance(self, partitions: np.ndarray, offsets: np.ndarray, seen: list[int]) -> None:
+        """Note the offsets read: the marker to commit is after the last of each
+        partition."""
+        for p in seen:
+            last = int(offsets[partitions == p].max()) + 1
+            self._next[p] = max(self._next.get(p, 0), last)
+
     def write(self, records: pa.RecordBatch) -> None:
+        self._settle()
         assert self._sink is not None  # records come from events: the sink is open
         self._sink.write(records)
 
     def commit(self) -> None:
         """Commit the transaction and the marker after every event read (no commit
         when every event was covered already)."""
+        self._settle()
         if self._sink is None:
             return
         ahead = {p: n for p, n in self._next.items() if n > self._marker[p]}
@@ -135,6 +209,9 @@ class ExactlyOnceTask:
 
     def close(self) -> None:
         """Abort what was not committed and destroy the sink."""
+        if self._opening is not None:  # the task failed while its sink was opening
+            self._opening.join()
+            self._sink, self._opening = self._opening.sink, None
         if self._sink is not None:
             self._sink.discard()
             self._sink = None

@@ -18,6 +18,7 @@ faults fail the task, never a record.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import resource
 import time
@@ -34,7 +35,7 @@ from psmatch.core.pipeline import IndexedMatcher
 from psmatch.errors import PsmatchError
 from psmatch.events import FlatEvent
 from psmatch.service.connections import record_sink
-from psmatch.service.delivery import EXACTLY_ONCE, ExactlyOnceTask
+from psmatch.service.delivery import EXACTLY_ONCE, CoveredEvents, ExactlyOnceTask
 from psmatch.service.index_cache import INDEXES, cache_key, sync_index
 from psmatch.service.records.common import RecordError, now_iso, record_error
 from psmatch.service.records.events import event_id, parse_event
@@ -287,12 +288,19 @@ def match_and_write(
     if settings.delivery == EXACTLY_ONCE:
         task = ExactlyOnceTask(sink, settings.transactional_prefix, settings.events_topic,
                                batch_id, shard, settings.shards)  # fmt: skip
-        try:
+
+        def deliver(inputs: Iterator[pa.RecordBatch]) -> tuple[float, float]:
             write_s = _write_all(task.write, match_batches(
-                settings, version, task.unseen(batches), reported.append, shard))  # fmt: skip
+                settings, version, task.unseen(inputs), reported.append, shard))  # fmt: skip
             t = time.perf_counter()
             task.commit()
-            commit_s = time.perf_counter() - t
+            return write_s, time.perf_counter() - t
+
+        try:
+            try:
+                write_s, commit_s = deliver(batches)
+            except CoveredEvents as covered:  # a task run again: its first events anew
+                write_s, commit_s = deliver(itertools.chain(covered.batches, batches))
         finally:
             task.close()
         (metrics,) = reported
