@@ -304,7 +304,7 @@ class RangeReader:
         metadata request that fails (a broker restarting) drops nothing."""
         try:
             topics = self._consumer.list_topics(timeout=5.0).topics
-        except KafkaException:  # unreachable now: the read's timeout decides
+        except KafkaException:  # the broker out of reach: the read's timeout decides
             return
         for tp in [tp for tp in pending if tp[0] not in topics]:
             start, end = pending.pop(tp)
