@@ -116,7 +116,7 @@ class ExactlyOnceTask:
         self._shards = shards
         self._sink: TransactionalSink | None = None
         self._opening: _Opening | None = None
-        self._first: tuple[pa.RecordBatch, np.ndarray, np.ndarray] | None = None
+        self._first: tuple[pa.RecordBatch, np.ndarray, np.ndarray, list[int]] | None = None
         self._id = ""
         self._marker: dict[int, int] = {}  # events partition -> first offset not covered
         self._next: dict[int, int] = {}  # events partition -> after the last offset read
@@ -136,10 +136,9 @@ class ExactlyOnceTask:
             raise opening.error
         self._marker.update(opening.marker)
         assert self._first is not None  # set with the opening
-        batch, partitions, offsets = self._first
+        batch, partitions, offsets, seen = self._first
         self._first = None
-        if any((offsets[partitions == p] < self._marker[p]).any()
-               for p in np.unique(partitions).tolist()):  # fmt: skip
+        if not self._fresh(partitions, offsets, seen).all():
             raise CoveredEvents([batch] + ([in_hand] if in_hand is not None else []))
 
     def unseen(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -164,7 +163,7 @@ class ExactlyOnceTask:
                                     f"partitions {handed}")  # fmt: skip
             if self._sink is None and self._opening is None:
                 self._opening = _Opening(self._settings, self._id, self._topic, seen)
-                self._first = batch, partitions, offsets
+                self._first = batch, partitions, offsets, seen
                 self._advance(partitions, offsets, seen)
                 yield batch
                 continue
@@ -173,10 +172,7 @@ class ExactlyOnceTask:
             new = [p for p in seen if p not in self._marker]
             if new:
                 self._marker.update(self._sink.committed(self._topic, new))
-            fresh = np.empty(len(offsets), dtype=bool)
-            for p in seen:
-                rows = partitions == p
-                fresh[rows] = offsets[rows] >= self._marker[p]
+            fresh = self._fresh(partitions, offsets, seen)
             self._advance(partitions, offsets, seen)
             if fresh.all():
                 yield batch
@@ -184,6 +180,16 @@ class ExactlyOnceTask:
             self.replayed += int((~fresh).sum())
             if fresh.any():
                 yield batch.filter(pa.array(fresh))
+
+    def _fresh(self, partitions: np.ndarray, offsets: np.ndarray, seen: list[int]
+               ) -> np.ndarray:  # fmt: skip
+        """Which events no committed transaction covers (the marker of each of ``seen``,
+        the events' partitions, known)."""
+        fresh = np.empty(len(offsets), dtype=bool)
+        for p in seen:
+            rows = partitions == p
+            fresh[rows] = offsets[rows] >= self._marker[p]
+        return fresh
 
     def _advance(self, partitions: np.ndarray, offsets: np.ndarray, seen: list[int]) -> None:
         """Note the offsets read: the marker to commit is after the last of each
