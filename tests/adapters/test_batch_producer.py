@@ -113,6 +113,15 @@ def test_client_errors_and_the_log_reach_python_while_polling(
     producer.close()
 
 
+def test_await_broker_says_whether_a_broker_answered(services: LocalServices) -> None:
+    live = _producer(services.kafka.bootstrap_servers)
+    assert live.await_broker(30)
+    live.close()
+    nobody = _producer("127.0.0.1:1")
+    assert not nobody.await_broker(0.5)
+    nobody.close()
+
+
 def test_a_producer_nobody_holds_is_destroyed(services: LocalServices) -> None:
     producer = _producer(services.kafka.bootstrap_servers)
     producer.produce(_topic(services.kafka.bootstrap_servers, 1), pa.array([b"k"]),

@@ -153,6 +153,8 @@ def _librdkafka() -> ctypes.CDLL:
         ("rd_kafka_flush", number, [pointer, number]),
         ("rd_kafka_outq_len", number, [pointer]),
         ("rd_kafka_err2str", text, [number]),
+        ("rd_kafka_metadata", number, [pointer, number, pointer, ctypes.POINTER(pointer), number]),
+        ("rd_kafka_metadata_destroy", None, [pointer]),
         ("rd_kafka_destroy", None, [pointer]),
         ("rd_kafka_init_transactions", pointer, [pointer, number]),
         ("rd_kafka_begin_transaction", pointer, [pointer]),
@@ -320,6 +322,20 @@ class BatchProducer:
     def close(self) -> None:
         """Destroy the producer now; records still queued are dropped."""
         self._release()
+
+    def await_broker(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a broker to answer one metadata request
+        (for no topic): whether one did. Called before :meth:`init_transactions`: on a
+        producer with no connection up yet, librdkafka's transaction manager finds no
+        broker to ask for its coordinator and tries again on a 500 ms timer, which held
+        up half the openings of a task's producer by half a second."""
+        lib = _librdkafka()
+        metadata = ctypes.c_void_p()
+        err = lib.rd_kafka_metadata(self._rk, 0, None, ctypes.byref(metadata),
+                                    int(timeout * 1000))  # fmt: skip
+        if metadata:
+            lib.rd_kafka_metadata_destroy(metadata)
+        return err == 0
 
     def init_transactions(self, timeout: float) -> None:
         """Register the producer's ``transactional.id`` with its coordinator, fencing

@@ -20,8 +20,8 @@ and the cost.
 
 Each task opens its own sink and destroys it at its end: a producer kept from task to
 task lived through broker restarts in states a later task could not always begin from.
-Opening it (``init_transactions``, a round trip or more to the broker, at times half a
-second) runs in a thread while the task's first events are matched: nothing is written
+Opening it (a metadata request and ``init_transactions``, a few round trips to the
+broker) runs in a thread while the task's first events are matched: nothing is written
 before it is open and its marker read, and should the marker cover any of those events
 (a batch run again) the task matches them again without them (:class:`CoveredEvents`).
 """

@@ -5,6 +5,7 @@ ranges of several topics read as Spark's source reads them."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from typing import Any
@@ -163,3 +164,52 @@ def test_range_reader_reads_past_the_markers_of_transactions(services: LocalServ
         assert [r.value for r in reader.read({(topic, 0): (0, 3)}, timeout=30)] == [b"a", b"b"]
         assert [r.value for r in reader.read({(topic, 0): (0, end)}, timeout=30)] == [
             b"a", b"b", b"x", b"c"]
+
+
+def test_topic_reader_reads_to_the_end_while_transactions_follow_each_other(
+    services: LocalServices,
+) -> None:
+    """An exactly-once job keeps a transaction open on some partition nearly all the
+    time, so a read_committed reader at the end rarely sees every partition's end at
+    once: it reads to the ends the partitions had when it was asked, and returns."""
+    bootstrap = services.kafka.bootstrap_servers
+    topic = next(iter(new_topics()))
+    ensure_topics(bootstrap, {topic: {}}, partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                         "transactional.id": f"reader-test-{uuid.uuid4().hex}"})  # fmt: skip
+    producer.init_transactions(30)
+    written = 0
+
+    def transaction() -> None:
+        nonlocal written
+        producer.begin_transaction()
+        for partition in (0, 1):
+            producer.produce(topic, b"%d" % written, partition=partition)
+            written += 1
+        producer.flush(30)
+        producer.commit_transaction(30)
+
+    for _ in range(5):
+        transaction()
+    before = written
+    stop = threading.Event()
+
+    def keep_writing() -> None:
+        while not stop.is_set():
+            producer.begin_transaction()
+            producer.produce(topic, b"%d" % written, partition=0)
+            producer.flush(30)
+            time.sleep(0.05)  # open, with a record, most of the time
+            producer.produce(topic, b"%d" % (written + 1), partition=1)
+            producer.flush(30)
+            producer.commit_transaction(30)
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        with TopicReader(bootstrap, topic) as reader:
+            values = {int(r.value or b"") for r in reader.read_to_end(timeout=30)}
+    finally:
+        stop.set()
+        writer.join()
+    assert set(range(before)) <= values

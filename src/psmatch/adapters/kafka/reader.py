@@ -111,8 +111,9 @@ class TopicReader:
         self._eof: set[int] = set()
 
     def end_offsets(self, timeout: float = 10.0) -> dict[int, int]:
-        """The offset the next record of each partition read will get (its high
-        watermark), asked of the broker."""
+        """The end of each partition, asked of the broker: the offset of its first record
+        a ``read_committed`` reader cannot read yet (its last stable offset: the high
+        watermark when no transaction is open on it)."""
         return {p: self._consumer.get_watermark_offsets(TopicPartition(self.topic, p),
                                                         timeout=timeout)[1]
                 for p in self._partitions}  # fmt: skip
@@ -172,14 +173,30 @@ class TopicReader:
         return self._eof >= set(self._partitions)
 
     def read_to_end(self, timeout: float = 30.0) -> list[Record]:
-        """Everything up to the current end of every partition."""
+        """Everything up to the end each partition has now: its last stable offset (where
+        the first transaction still open on it starts), and perhaps some records after.
+
+        A partition is done once it reports its end, or once the reader's position in it
+        is past that offset. Reported ends alone are not enough: while an exactly-once
+        job writes, a transaction is open on some partition nearly all the time, so the
+        reader may never see every partition at its end at once."""
+        ends = self.end_offsets()
         out: list[Record] = []
         deadline = time.monotonic() + timeout
-        while not self.at_end:
+        while not self._read_to(ends):
             if time.monotonic() > deadline:
                 raise KafkaServiceError(f"could not read {self.topic} to its end in {timeout} s")
             out.extend(self.poll(0.5))
         return out
+
+    def _read_to(self, ends: Mapping[int, int]) -> bool:
+        """Whether every partition reported its end since its last record, or was read
+        up to its offset in ``ends``."""
+        if self.at_end:
+            return True
+        positions = self._consumer.position([TopicPartition(self.topic, p) for p in ends])
+        return all(tp.partition in self._eof or tp.offset >= ends[tp.partition]
+                   for tp in positions)  # fmt: skip
 
     def follow(self, idle_timeout: float | None = None) -> Iterator[Record]:
         """Yield records as they arrive; stop after ``idle_timeout`` s without any."""

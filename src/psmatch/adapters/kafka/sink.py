@@ -190,6 +190,11 @@ must write and commit its records within it, else the broker aborts them and the
 fails. It is also how long a transaction of a task that died, and is never fenced by a
 successor, holds back every ``read_committed`` consumer of its partitions."""
 
+OPENING_WAIT_S = 5.0
+"""How long a :class:`TransactionalSink` waits for a broker to answer before it calls
+``init_transactions`` (:meth:`BatchProducer.await_broker` says why); a broker that has
+not answered by then is left to ``init_transactions``' own timeout and error."""
+
 
 class TransactionalSink:
     """Writes output records in Kafka transactions, with a marker of the input read:
@@ -210,8 +215,9 @@ class TransactionalSink:
 
     Records are queued as :class:`RecordSink` queues them, a whole Arrow batch per C call
     (:class:`~psmatch.adapters.batch_producer.BatchProducer`), with its settings
-    (partitioner, batches, compression). Cost: opening, a producer created and
-    ``init_transactions`` (a few round trips to the broker); per transaction, a position
+    (partitioner, batches, compression). Cost: opening, a producer created, one
+    metadata request (:data:`OPENING_WAIT_S` says why) and ``init_transactions`` (a few
+    round trips to the broker); per transaction, a position
     read, and a commit (round trips to the transaction's and the group's coordinators,
     and the markers written to each partition written).
     """
@@ -228,10 +234,14 @@ class TransactionalSink:
             "transaction.timeout.ms": str(TRANSACTION_TIMEOUT_MS),
             "retry.backoff.ms": "20",
             "retry.backoff.max.ms": "200",
+            # a task's producer is new: its connections come up in some 15 ms instead
+            # of the 55 ms librdkafka's default backoff of 100 ms takes on loopback
+            "reconnect.backoff.ms": "20",
         }, self._client_errors.record, CLIENT_LOG)  # fmt: skip
         self._consumer, self._marker_errors = _marker_consumer(settings, marker_group)
         self._open = False
         try:
+            self._producer.await_broker(min(self._timeout_s, OPENING_WAIT_S))
             self._call(self._producer.init_transactions, self._timeout_s)
         except BaseException:
             self.close()
