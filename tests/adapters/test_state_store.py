@@ -106,6 +106,14 @@ def test_a_scan_gives_every_subscription_chunk_by_chunk(
     assert len(chunks) > 10 and max(chunks) < 50 * 4
 
 
+def test_held_says_which_ids_the_state_holds_in_order(store: StateStore) -> None:
+    store.retention = 100_000
+    store.apply([put(i, f"s{i}") for i in range(25_000)] + [delete(25_000, "s7")])
+    asked = ["s24999", "nope", "s7", "s0", *(f"s{i}" for i in range(100, 20_100))]
+    assert store.held(asked) == ["s24999", "s0", *(f"s{i}" for i in range(100, 20_100))]
+    assert store.held([]) == []
+
+
 def test_big_batches_are_applied_in_chunks(store: StateStore) -> None:
     store.retention = 100_000
     n = StateStore.APPLY_CHUNK * 2 + 7

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from psmatch.adapters.kafka.admin import topic_names
 from psmatch.adapters.state import StateStore
 from psmatch.devservers.services import SecuredServices, secured_services
 from psmatch.service.cli import main
@@ -28,6 +29,7 @@ from psmatch.service.config import ServiceConfig
 from psmatch.service.delivery import transactional_prefix
 from psmatch.service.job import start_query, stop_query
 from psmatch.service.supervisor import classify_failure
+from psmatch.service.tenants import TombstonesPending, remove_tenant
 from tests.service.test_security import (
     assert_no_secret,
     config_of,
@@ -282,6 +284,52 @@ def test_tenants_are_listed_and_removed(
     assert "carol" not in capsys.readouterr().out
     assert main(["tenants", "add", "Carol!", *operator]) == 2
     assert "a tenant's name is 1 to 63 of a-z" in capsys.readouterr().err
+
+
+def test_a_tenants_topics_are_deleted_once_the_job_has_forgotten_its_subscriptions(
+    tenancy: Tenancy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``remove --delete-topics`` at once after subscribing: the topics go only once the
+    job has applied the tombstones, so no notification is left to a topic that is gone."""
+    operator = tenancy.operator
+    (tenancy.folder / "dave.pw").write_text("dave-secret-1\n")
+    assert main(["tenants", "add", "dave", "--password-file", str(tenancy.folder / "dave.pw"),
+                 *operator]) == 0  # fmt: skip
+    assert main(["subscribe", "d1", "price < 5", *tenancy.as_tenant("dave")]) == 0
+    store = StateStore.from_url(tenancy.config.redis_connection_url, tenancy.config.redis_prefix)
+    deadline = time.monotonic() + 120
+    while store.get("dave/d1") is None:
+        assert time.monotonic() < deadline, "dave's subscription was not applied"
+        time.sleep(0.3)
+    capsys.readouterr()
+    assert main(["tenants", "remove", "dave", "--user", "--delete-topics", *operator]) == 0
+    out = capsys.readouterr().out
+    assert "deleted 1 subscriptions (tombstones in ten.subs.dave)" in out
+    assert "deleted topic ten.subs.dave" in out and "deleted topic ten.notif.dave" in out, out
+    assert store.held(["dave/d1", "alice/cheap"]) == ["alice/cheap"]
+
+
+def test_a_tenants_topics_are_kept_while_the_state_still_holds_its_subscriptions(
+    tenancy: Tenancy,
+) -> None:
+    """With no job applying the tombstones (a state no job serves), the topics are kept
+    and the error says why, in one line."""
+    config = tenancy.config.replace(redis_prefix="ten-idle:")
+    idle = StateStore.from_url(config.redis_connection_url, config.redis_prefix)
+    idle.rebuild({"erin/e1": '{"expr": "price < 5"}'})
+    (tenancy.folder / "erin.pw").write_text("erin-secret-1\n")
+    assert main(["tenants", "add", "erin", "--password-file", str(tenancy.folder / "erin.pw"),
+                 *tenancy.operator]) == 0  # fmt: skip
+    assert main(["subscribe", "e1", "price < 5", *tenancy.as_tenant("erin")]) == 0
+    with pytest.raises(TombstonesPending, match=r"the job still holds 1 of tenant erin's "
+                       r"subscriptions \(e\.g\. erin/e1\) 2 s after their tombstones"):  # fmt: skip
+        remove_tenant(config, "erin", "User:erin", delete_topics=True, timeout=2)
+    assert "ten.subs.erin" in topic_names(config.bootstrap_servers,
+                                          security=config.kafka_security)  # fmt: skip
+    idle.clear()
+    # run again as the error says, against the state the job serves: the topics go
+    done = remove_tenant(tenancy.config, "erin", "User:erin", delete_topics=True)
+    assert "deleted topic ten.subs.erin" in done
 
 
 def test_the_state_is_rebuilt_from_every_tenants_topic(

@@ -64,16 +64,14 @@ class KafkaClientError(PsmatchError):
 class TransactionFailure(KafkaClientError):
     """A transaction call failed: librdkafka's error ``code`` and text, and what may be
     done next: call again (``retriable``), abort the transaction and go on
-    (``abortable``), or nothing with this producer (``fatal``: fenced by a newer
-    producer of its ``transactional.id``, say)."""
+    (``abortable``); when neither, the transaction is lost (the producer fenced by a
+    newer one of its ``transactional.id``, say)."""
 
-    def __init__(self, code: int, text: str, retriable: bool, abortable: bool,
-                 fatal: bool) -> None:  # fmt: skip
+    def __init__(self, code: int, text: str, retriable: bool, abortable: bool) -> None:
         super().__init__(text)
         self.code = code
         self.retriable = retriable
         self.abortable = abortable
-        self.fatal = fatal
 
 
 class _TopicPartition(ctypes.Structure):
@@ -163,7 +161,6 @@ def _librdkafka() -> ctypes.CDLL:
         ("rd_kafka_abort_transaction", pointer, [pointer, number]),
         ("rd_kafka_error_code", number, [pointer]),
         ("rd_kafka_error_string", text, [pointer]),
-        ("rd_kafka_error_is_fatal", number, [pointer]),
         ("rd_kafka_error_is_retriable", number, [pointer]),
         ("rd_kafka_error_txn_requires_abort", number, [pointer]),
         ("rd_kafka_error_destroy", None, [pointer]),
@@ -406,7 +403,6 @@ def _raise_failure(error: int | None) -> None:
             lib.rd_kafka_error_code(error), lib.rd_kafka_error_string(error).decode(),
             retriable=bool(lib.rd_kafka_error_is_retriable(error)),
             abortable=bool(lib.rd_kafka_error_txn_requires_abort(error)),
-            fatal=bool(lib.rd_kafka_error_is_fatal(error)),
         )  # fmt: skip
     finally:
         lib.rd_kafka_error_destroy(error)

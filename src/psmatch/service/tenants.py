@@ -16,13 +16,15 @@ and writes every tenant's topics through :func:`psmatch.service.acls.service_acl
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from psmatch.adapters.kafka import admin
 from psmatch.adapters.kafka.admin import Acl
+from psmatch.errors import PsmatchError
 from psmatch.service.acls import reader_acls
 from psmatch.service.config import ServiceConfig
-from psmatch.service.records.tenants import tenant_of_topic, tenant_topic
+from psmatch.service.records.tenants import scoped_id, tenant_of_topic, tenant_topic
 
 
 def tenant_topics(config: ServiceConfig, tenant: str) -> dict[str, dict[str, str]]:
@@ -63,15 +65,22 @@ def add_tenant(config: ServiceConfig, tenant: str, principal: str,
     return done
 
 
+class TombstonesPending(PsmatchError):
+    """The job had not applied a removed tenant's tombstones when its topics were to be
+    deleted: they are kept."""
+
+
 def remove_tenant(config: ServiceConfig, tenant: str, principal: str, user: bool = False,
                   delete_topics: bool = False, timeout: float = 120.0) -> list[str]:  # fmt: skip
     """Delete ``tenant``'s ACLs for ``principal`` (it can write and read no more), then
     delete each of its live subscriptions by a tombstone in its subscriptions topic,
     which the job applies as it applies any; with ``user``, its SCRAM user; with
-    ``delete_topics``, its three topics, which is for once the job has read those
-    tombstones (a subscription the job still holds would have its notifications written
-    to a topic that is gone). Returns what it did, one line each. Cost: its
-    subscriptions topic read to its end."""
+    ``delete_topics``, its three topics, once the subscription state holds none of
+    those subscriptions (a subscription the job still held would have its notifications
+    written to a topic that is gone): :class:`TombstonesPending`, and the topics kept,
+    if it still holds some after ``timeout`` seconds (the job not running, say).
+    Returns what it did, one line each. Cost: its subscriptions topic read to its end,
+    then the state asked every second for the removed ids."""
     from psmatch.adapters.kafka.producer import JsonProducer
     from psmatch.adapters.kafka.reader import TopicReader
 
@@ -94,11 +103,34 @@ def remove_tenant(config: ServiceConfig, tenant: str, principal: str, user: bool
         admin.set_scram_user(*kafka, tenant, None, security=security)
         done.append(f"deleted the SCRAM-SHA-512 credential of user {tenant}")
     if delete_topics:
+        if subscriptions in existing:
+            ids = [scoped_id(tenant, key.decode("utf-8", "replace")) for key in live]
+            _await_forgotten(config, tenant, ids, timeout)
         names = [name for name in tenant_topics(config, tenant) if name in existing]
         if names:
             admin.delete_topics(*kafka, names, security=security)
         done += [f"deleted topic {name}" for name in names]
     return done
+
+
+def _await_forgotten(config: ServiceConfig, tenant: str, ids: list[str],
+                     timeout: float) -> None:  # fmt: skip
+    """Wait until the subscription state holds none of ``ids``; :class:`TombstonesPending`
+    if it still holds some after ``timeout`` seconds."""
+    from psmatch.adapters.state import StateStore
+
+    store = StateStore.from_url(config.redis_connection_url, config.redis_prefix,
+                                config.change_log_retention,
+                                config.redis_retry_seconds)  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while held := store.held(ids):
+        if time.monotonic() >= deadline:
+            raise TombstonesPending(
+                f"the job still holds {len(held)} of tenant {tenant}'s subscriptions "
+                f"(e.g. {held[0]}) {timeout:.0f} s after their tombstones: is it running? "
+                f"Its topics are kept; run psmatch tenants remove {tenant} --delete-topics "
+                "again once the job has applied them")  # fmt: skip
+        time.sleep(1.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -205,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         "notifications and rejected topics and on the psmatch-reader- groups) and, with "
         "--password-file, its SCRAM-SHA-512 user NAME. remove: delete those ACLs and each "
         "of its subscriptions (tombstones the job applies), with --user its SCRAM user, "
-        "with --delete-topics its topics (once the job has read the tombstones). list: "
+        "with --delete-topics its topics, once the job has applied the tombstones (waiting "
+        "up to 120 s). list: "
         "the tenants the broker holds. The connecting principal needs ALTER on the "
         "cluster and CREATE on the topics.",
     )  # fmt: skip
