@@ -325,7 +325,7 @@ class BatchProducer:
         (for no topic): whether one did. Called before :meth:`init_transactions`: on a
         producer with no connection up yet, librdkafka's transaction manager finds no
         broker to ask for its coordinator and tries again on a 500 ms timer, which held
-        up half the openings of a task's producer by half a second."""
+        up to a third of the openings of a task's producer by half a second."""
         lib = _librdkafka()
         metadata = ctypes.c_void_p()
         err = lib.rd_kafka_metadata(self._rk, 0, None, ctypes.byref(metadata),

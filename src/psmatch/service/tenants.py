@@ -75,12 +75,12 @@ def remove_tenant(config: ServiceConfig, tenant: str, principal: str, user: bool
     """Delete ``tenant``'s ACLs for ``principal`` (it can write and read no more), then
     delete each of its live subscriptions by a tombstone in its subscriptions topic,
     which the job applies as it applies any; with ``user``, its SCRAM user; with
-    ``delete_topics``, its three topics, once the subscription state holds none of
-    those subscriptions (a subscription the job still held would have its notifications
-    written to a topic that is gone): :class:`TombstonesPending`, and the topics kept,
-    if it still holds some after ``timeout`` seconds (the job not running, say).
-    Returns what it did, one line each. Cost: its subscriptions topic read to its end,
-    then the state asked every second for the removed ids."""
+    ``delete_topics``, its three topics, once the subscription state holds none of the
+    ids its subscriptions topic names (a subscription the job still held would have its
+    notifications written to a topic that is gone): :class:`TombstonesPending`, and the
+    topics kept, if it still holds some after ``timeout`` seconds (the job not running,
+    say). Returns what it did, one line each. Cost: its subscriptions topic read to its
+    end, then the state asked every second for those ids."""
     from psmatch.adapters.kafka.producer import JsonProducer
     from psmatch.adapters.kafka.reader import TopicReader
 
@@ -104,7 +104,10 @@ def remove_tenant(config: ServiceConfig, tenant: str, principal: str, user: bool
         done.append(f"deleted the SCRAM-SHA-512 credential of user {tenant}")
     if delete_topics:
         if subscriptions in existing:
-            ids = [scoped_id(tenant, key.decode("utf-8", "replace")) for key in live]
+            # every id its topic ever named: a run again finds tombstones only, and the
+            # state may still hold what they delete
+            ids = [scoped_id(tenant, key.decode("utf-8", "replace"))
+                   for key in latest if key is not None]  # fmt: skip
             _await_forgotten(config, tenant, ids, timeout)
         names = [name for name in tenant_topics(config, tenant) if name in existing]
         if names:
