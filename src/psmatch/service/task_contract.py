@@ -2,7 +2,7 @@
 shipped to every task (:class:`WorkerSettings`), the metrics each task reports back
 (:class:`TaskMetrics`, merged by a Spark accumulator), the samples of rejects the driver's
 log quotes (:func:`reject_sample`), and the schema of the records the tasks write to
-Kafka (:data:`OUTPUT_SCHEMA`).
+Kafka (:data:`OUTPUT_SCHEMA`, and the batches of it they assemble).
 
 It loads no matcher and none of the executors' code (:mod:`psmatch.service.tasks`,
 :mod:`psmatch.service.index_cache`), so the driver and the command line import it for
@@ -11,7 +11,7 @@ these alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -24,6 +24,21 @@ OUTPUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value
 OUTPUT_DDL = "topic STRING, key BINARY, value BINARY"
 """The records a task writes (to the Kafka topic of each): its ``mapInArrow`` schema, as
 Arrow and as Spark's DDL."""
+
+
+def output_batches(topics: pa.Array, keys: pa.Array, values: Iterable[pa.Array]
+                   ) -> list[pa.RecordBatch]:  # fmt: skip
+    """Batches of :data:`OUTPUT_SCHEMA` from whole ``topics`` and ``keys`` columns and
+    their records' values in chunks, in order (as ``NotificationHeads.join`` gives
+    them): each chunk beside the rows of the columns it continues. O(chunks): the
+    columns are sliced, not copied."""
+    batches, start = [], 0
+    for chunk in values:
+        n = len(chunk)
+        batches.append(pa.RecordBatch.from_arrays(
+            [topics.slice(start, n), keys.slice(start, n), chunk], schema=OUTPUT_SCHEMA))
+        start += n
+    return batches
 
 
 def output_records(topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]]

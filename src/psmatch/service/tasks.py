@@ -42,9 +42,9 @@ from psmatch.service.records.events import event_id, parse_event
 from psmatch.service.records.notifications import notification_tail
 from psmatch.service.records.rejected import rejected_key, rejected_value
 from psmatch.service.task_contract import (
-    OUTPUT_SCHEMA,
     TaskMetrics,
     WorkerSettings,
+    output_batches,
     output_records,
 )
 from psmatch.service.tenant_notifications import tenant_notification_records
@@ -170,17 +170,8 @@ def notification_records(
     if tenants:
         return tenant_notification_records(topic, events, slots, index, tails)
     ids = index.matcher.internal.ids_utf8(slots)
-    keys = binary_column(*ids)
-    batches = []
-    start = 0
-    for values in index.heads.join(slots, ids, tails, events):
-        n = len(values)
-        batches.append(pa.RecordBatch.from_arrays(
-            [repeated_string(topic, n), keys.slice(start, n), values],
-            schema=OUTPUT_SCHEMA,
-        ))  # fmt: skip
-        start += n
-    return batches
+    return output_batches(repeated_string(topic, len(slots)), binary_column(*ids),
+                          index.heads.join(slots, ids, tails, events))  # fmt: skip
 
 
 def _match(

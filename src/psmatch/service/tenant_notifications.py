@@ -17,7 +17,7 @@ import pyarrow as pa
 from psmatch.adapters.arrow import STRING, binary_column
 from psmatch.core.slot_bytes import copy_ranges, joined
 from psmatch.service.records.tenants import own_ids, tenant_runs, tenant_topic
-from psmatch.service.task_contract import OUTPUT_SCHEMA
+from psmatch.service.task_contract import output_batches
 from psmatch.service.worker_index import WorkerIndex
 
 
@@ -33,15 +33,8 @@ def tenant_notification_records(
         ids = index.matcher.internal.ids_utf8(slots)
     topics = _topics([tenant_topic(base, name) for name in names], counts)
     own = own_ids(*ids)
-    keys = binary_column(*own)
-    batches = []
-    start = 0
-    for values in index.heads.join(slots, own, tails, events):
-        n = len(values)
-        batches.append(pa.RecordBatch.from_arrays(
-            [topics.slice(start, n), keys.slice(start, n), values], schema=OUTPUT_SCHEMA))
-        start += n
-    return batches
+    return output_batches(topics, binary_column(*own),
+                          index.heads.join(slots, own, tails, events))  # fmt: skip
 
 
 def _topics(names: list[str], counts: np.ndarray) -> pa.Array:
