@@ -8,7 +8,7 @@ service's trigger. Events are published at ``--rate`` for ``--warm-up`` seconds 
 measured), then ``--duration`` seconds; the latency of a record is the broker's append
 time of it (the output topic is created with ``message.timestamp.type=LogAppendTime``)
 less its event's timestamp, as ``bench/bench_streaming.py`` measures the service's
-(:func:`bench_streaming.sampled_latencies`, the same load process). Also timed, in the
+(:func:`streaming_phases.sampled_latencies`, the same load process). Also timed, in the
 same session: one batch job of ``mapInArrow`` over a cached DataFrame of as many
 partitions as the events topic has, with a function that does nothing (Spark's own cost
 of a Python stage), and the same job with no Python stage.
@@ -42,15 +42,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench"), str(ROOT)]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from bench_streaming import (  # noqa: E402 - beside this script
+from docsection import replace_section  # noqa: E402
+from host import cpu_model  # noqa: E402
+from streaming_phases import (  # noqa: E402 - beside this script
     SPAWN,
     latency_load,
     pct,
     sampled_latencies,
     spark_steps,
 )
-from docsection import replace_section  # noqa: E402
-from host import cpu_model  # noqa: E402
 
 from psmatch.adapters.kafka.admin import ensure_topics  # noqa: E402
 from psmatch.adapters.kafka.reader import TopicReader  # noqa: E402
