@@ -314,7 +314,8 @@ def test_a_tenants_topics_are_kept_while_the_state_still_holds_its_subscriptions
 ) -> None:
     """With no job applying the tombstones (a state no job serves), the topics are kept
     and the error says why, in one line."""
-    config = tenancy.config.replace(redis_prefix="ten-idle:")
+    operator = config_of(tenancy.operator)
+    config = operator.replace(redis_prefix="ten-idle:")
     idle = StateStore.from_url(config.redis_connection_url, config.redis_prefix)
     idle.rebuild({"erin/e1": '{"expr": "price < 5"}'})
     (tenancy.folder / "erin.pw").write_text("erin-secret-1\n")
@@ -328,7 +329,7 @@ def test_a_tenants_topics_are_kept_while_the_state_still_holds_its_subscriptions
                                           security=config.kafka_security)  # fmt: skip
     idle.clear()
     # run again as the error says, against the state the job serves: the topics go
-    done = remove_tenant(tenancy.config, "erin", "User:erin", delete_topics=True)
+    done = remove_tenant(operator, "erin", "User:erin", delete_topics=True)
     assert "deleted topic ten.subs.erin" in done
 
 
