@@ -16,11 +16,11 @@ the Spark job in this process and measures:
    notification, when a consumer can first read it (the benchmark creates the
    notifications topic with ``message.timestamp.type=LogAppendTime``), minus the event
    record's Kafka timestamp, for every 5th notification of the topic's first partition
-   (:func:`sampled_latencies`). The notifications are read once the phase is over: no
-   consumer takes CPU from the service on the same cores while it runs (a live one
+   (:func:`streaming_phases.sampled_latencies`). The notifications are read once the
+   phase is over: no consumer takes CPU from the service on the same cores while it runs (a live one
    took 1.4 s of the 12.4 s of CPU of a 20,000-event batch at 100K, and in the latency
    phase about a fifth of a core at 100K, a third at 1M). The phase's producer runs in a
-   process of its own (:func:`latency_load`), as a service's producers do: in the
+   process of its own (:func:`streaming_phases.latency_load`), as a service's producers do: in the
    benchmark's process it held the interpreter lock the query's driver-side Python
    (``foreachBatch``) waits for after each call into the JVM;
 3. *the ceiling*, in the same run: a second streaming query drains the same backlog
@@ -46,10 +46,10 @@ the Spark job in this process and measures:
 7. *delivery modes* (``--delivery at-least-once,exactly-once``, a mode may come again):
    the backlog and latency phases in each mode in turn, on the same query restarted on
    its checkpoint, with the workers' commit time per batch and Spark's steps
-   (:func:`render_delivery`);
+   (:func:`streaming_report.render_delivery`);
 8. *first match* (``--first-match-rate N``): new subscriptions at N changes/s and, every
    0.1 s, a probe event that matches each of those published in the 2 s before it;
-   publish of a subscription → its first notification (:func:`first_match`).
+   publish of a subscription → its first notification (:func:`streaming_phases.first_match`).
 
 The full report of a run is printed and kept in the run's work directory
 (``results.json``). ``--docs docs`` also records the run's summary in
@@ -59,7 +59,8 @@ The full report of a run is printed and kept in the run's work directory
 command that reproduces it) and draws throughput against subscriptions (beside the
 ceiling) and the latency distributions.
 
-Long phases log their progress every 10 s. Usage::
+The phases live in ``bench/streaming_phases.py``, the report in
+``bench/streaming_report.py``. Long phases log their progress every 10 s. Usage::
 
     .venv/bin/python bench/bench_streaming.py --subscriptions 100000 \\
         --matching-probability 0.0001 --backlog 40000 --rate 5000 --duration 30 [--docs docs]
