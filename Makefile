@@ -41,7 +41,8 @@ test-fast: $(STAMP)
 # whose extension psmatch.core._kernels is built with -fsanitize=address,undefined (any
 # report aborts), imported first (PYTHONPATH; libasan preloaded into the interpreter), and
 # the library's unit tests that run every kernel (tests/core has a property test per
-# kernel) against it.
+# kernel) against it. Reports go to files (log_path): pytest's capture of fd 2 would
+# swallow one written there when the sanitiser ends the process; a failing run prints them.
 ASAN_DIR := build/asan
 ASAN_TESTS := tests/core tests/pstree
 .PHONY: test-asan
@@ -52,10 +53,12 @@ test-asan: $(STAMP)
 	    -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
 	    -o "$(ASAN_DIR)/psmatch/core/_kernels$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" \
 	    src/psmatch/core/_kernels.c src/psmatch/core/kernels/*.c
-	export LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0 \
+	export LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(ASAN_DIR)/report \
+	    UBSAN_OPTIONS=log_path=$(CURDIR)/$(ASAN_DIR)/report \
 	    PYTHONMALLOC=malloc PYTHONPATH=$(ASAN_DIR) && \
 	$(PY) -c 'import psmatch.core._kernels as k, sys; sys.exit(0 if "$(ASAN_DIR)/" in k.__file__ else "not the sanitised build: " + k.__file__)' && \
-	$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS)
+	$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS) || \
+	    { cat $(ASAN_DIR)/report.* 2>/dev/null; exit 1; }
 
 # The matcher benchmark on the PS-Tree paper's default workload (writes docs/bench-matchers.*).
 bench: $(STAMP)
