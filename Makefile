@@ -45,6 +45,7 @@ test-fast: $(STAMP)
 # swallow one written there when the sanitiser ends the process; a failing run prints them.
 ASAN_DIR := build/asan
 ASAN_TESTS := tests/core tests/pstree
+ASAN_REPORT := $(CURDIR)/$(ASAN_DIR)/report
 .PHONY: test-asan
 test-asan: $(STAMP)
 	rm -rf $(ASAN_DIR) && mkdir -p $(ASAN_DIR) && cp -r src/psmatch $(ASAN_DIR)/
@@ -53,12 +54,12 @@ test-asan: $(STAMP)
 	    -I"$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
 	    -o "$(ASAN_DIR)/psmatch/core/_kernels$$($(PY) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')" \
 	    src/psmatch/core/_kernels.c src/psmatch/core/kernels/*.c
-	export LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:log_path=$(CURDIR)/$(ASAN_DIR)/report \
-	    UBSAN_OPTIONS=log_path=$(CURDIR)/$(ASAN_DIR)/report \
+	export LD_PRELOAD="$$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS=detect_leaks=0:log_path=$(ASAN_REPORT) \
+	    UBSAN_OPTIONS=log_path=$(ASAN_REPORT) \
 	    PYTHONMALLOC=malloc PYTHONPATH=$(ASAN_DIR) && \
 	$(PY) -c 'import psmatch.core._kernels as k, sys; sys.exit(0 if "$(ASAN_DIR)/" in k.__file__ else "not the sanitised build: " + k.__file__)' && \
 	$(PY) -m pytest -q -p no:cacheprovider $(ASAN_TESTS) || \
-	    { cat $(ASAN_DIR)/report.* 2>/dev/null; exit 1; }
+	    { cat $(ASAN_REPORT).* 2>/dev/null; exit 1; }
 
 # The matcher benchmark on the PS-Tree paper's default workload (writes docs/bench-matchers.*).
 bench: $(STAMP)
