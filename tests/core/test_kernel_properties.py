@@ -516,6 +516,7 @@ def test_fallback_candidates(data: st.DataObject) -> None:
     offsets = data.draw(column(data.draw(st.sampled_from([np.int32, np.int64])), -1, 5,
                                max_len=6))
     values = data.draw(column(np.int32, -3, 3, max_len=5))
+    tree_mask = data.draw(column(np.uint64, 0, 7, max_len=4))
     first = data.draw(column(np.int64, -1, 6, max_len=4))
     end = data.draw(column(np.int64, -1, 6, max_len=4))
     events = data.draw(column(np.int64, -1, 3, max_len=4))
@@ -527,8 +528,8 @@ def test_fallback_candidates(data: st.DataObject) -> None:
         if any(not 0 <= e < positions.shape[0] for e in events.tolist()):
             raise Refused
         n_keys = min(len(keys), len(offsets) - 1)
-        got: tuple[list[int], list[int]] = ([], [])
-        for i in range(n):
+        kept: list[tuple[int, list[int]]] = []
+        for i in range(n):  # the first pass: every range, key and kept offsets
             f, e = int(first[i]), int(end[i])
             if f < e and (f < 0 or e > n_keys):
                 raise Refused
@@ -540,13 +541,21 @@ def test_fallback_candidates(data: st.DataObject) -> None:
                     lo, hi = int(offsets[j]), int(offsets[j + 1])
                     if not 0 <= lo <= hi <= len(values):
                         raise Refused
-                    got[0].extend([i] * (hi - lo))
-                    got[1].extend(values[lo:hi].tolist())
+                    kept.append((i, values[lo:hi].tolist()))
+        got: tuple[list[int], list[int]] = ([], [])
+        for i, cids in kept:  # the second: each value within tree_mask, kept on its mask
+            has = sum(1 << (t % 64) for t in range(n_trees) if positions[events[i], t] >= 0)
+            for cid in cids:
+                if not 0 <= cid < len(tree_mask):
+                    raise Refused
+                if int(tree_mask[cid]) & ~has == 0:
+                    got[0].append(i)
+                    got[1].append(cid)
         return got
 
     def kernel() -> tuple[list[int], list[int]]:
         owner, found = _kernels.fallback_candidates(first, end, keys, offsets, values, events,
-                                                    positions, no_tree)  # fmt: skip
+                                                    positions, tree_mask, no_tree)  # fmt: skip
         return (np.frombuffer(owner, np.int64).tolist(), np.frombuffer(found, np.int32).tolist())
 
     result = check(kernel, reference)

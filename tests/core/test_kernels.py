@@ -208,16 +208,36 @@ def test_fallback_candidates_refuses_offsets_that_descend() -> None:
     positions = np.zeros((1, 2), np.int32)
     keys = np.array([0, 1], np.int64)
     first, end, events = np.array([0]), np.array([2]), np.array([0])
+    tree_mask = np.zeros(3, np.uint64)
     for offsets, name in (([0, 3, 1], "offsets"), ([0, 1, 9], "offsets"), ([0, 1], "first")):
         with pytest.raises(ValueError, match=f"argument '{name}'"):
             _kernels.fallback_candidates(first, end, keys, np.array(offsets, np.int64),
-                                         np.arange(3, dtype=np.int32), events, positions, 9)
+                                         np.arange(3, dtype=np.int32), events, positions,
+                                         tree_mask, 9)  # fmt: skip
     with pytest.raises(ValueError, match="argument 'keys'"):  # tree 5 of 2
         _kernels.fallback_candidates(first, end, np.array([0, 5]), np.array([0, 1, 2]),
-                                     np.arange(3, dtype=np.int32), events, positions, 9)
+                                     np.arange(3, dtype=np.int32), events, positions,
+                                     tree_mask, 9)  # fmt: skip
     with pytest.raises(ValueError, match="argument 'events'"):
         _kernels.fallback_candidates(first, end, keys, np.array([0, 1, 2]),
-                                     np.arange(3, dtype=np.int32), np.array([1]), positions, 9)
+                                     np.arange(3, dtype=np.int32), np.array([1]), positions,
+                                     tree_mask, 9)  # fmt: skip
+
+
+def test_fallback_candidates_reads_a_tree_mask_only_of_a_conjunct_within_it() -> None:
+    """Conjunct 2 is past a tree mask of two: refused, not read; within it, a conjunct
+    needing tree 1, which the event lacks, is dropped and one needing tree 0 kept."""
+    positions = np.array([[4, -1]], np.int32)
+    first, end, events = np.array([0]), np.array([1]), np.array([0])
+    keys, offsets = np.array([0], np.int64), np.array([0, 2], np.int64)
+    with pytest.raises(ValueError, match="argument 'values' holds a conjunct outside"):
+        _kernels.fallback_candidates(first, end, keys, offsets, np.array([0, 2], np.int32),
+                                     events, positions, np.ones(2, np.uint64), 9)  # fmt: skip
+    owner, found = _kernels.fallback_candidates(
+        first, end, keys, offsets, np.array([0, 1], np.int32), events, positions,
+        np.array([0b10, 0b01], np.uint64), 9)
+    assert np.frombuffer(owner, np.int64).tolist() == [0]
+    assert np.frombuffer(found, np.int32).tolist() == [1]
 
 
 def verify_columns() -> list[np.ndarray]:

@@ -1,6 +1,7 @@
 """The compiled kernels of the PS-Tree matchers, against direct Python loops over the
 same columns: PSTHash's scan of its fallback lists returns, for each located entry, the
-values under its space's keys whose second tree the event has or that have none; and
+conjuncts under its space's keys whose second tree the event has or that have none, less
+those needing another tree the event lacks; and
 its pairing of located entries returns the pairs of one event's entries whose trees are
 a known tree pair."""
 
@@ -18,19 +19,24 @@ from psmatch.pstree.kernels import fallback_candidates, hashed_pair_entries
 from psmatch.pstree.psthash import NO_TREE, fallback_key
 
 TREES = 5
+CONJUNCTS = 40
 entries = st.tuples(st.integers(0, 12), st.sampled_from([*range(TREES), NO_TREE]),
-                    st.integers(0, 2**31 - 1))
+                    st.integers(0, CONJUNCTS - 1))
 
 
 @given(st.lists(st.lists(entries, max_size=30), max_size=6),
        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 13)), max_size=25),
        st.lists(st.lists(st.booleans(), min_size=TREES, max_size=TREES), min_size=4,
-                max_size=4))
+                max_size=4),
+       st.lists(st.sets(st.integers(0, TREES - 1), max_size=3), min_size=CONJUNCTS,
+                max_size=CONJUNCTS))
 @settings(max_examples=200, deadline=None)
-def test_fallback_scan_keeps_the_keys_of_trees_the_event_has(batches, located, has) -> None:
+def test_fallback_scan_keeps_the_conjuncts_whose_trees_the_event_has(batches, located, has,
+                                                                     needs) -> None:
     """Over main and the delta of a multimap (tiny merge threshold, so both hold
-    entries): each located (event, space) gets every value of its space's keys whose
-    tree is ``NO_TREE`` or one its event has."""
+    entries): each located (event, space) gets every conjunct under its space's keys
+    whose tree is ``NO_TREE`` or one its event has, and whose tree mask (``needs``: the
+    trees of its predicates) needs no tree the event lacks."""
     with patch.object(multimap_module, "MERGE_MIN", 8):
         multimap, reference = MultiMap(), {}
         for batch in batches:
@@ -40,16 +46,18 @@ def test_fallback_scan_keeps_the_keys_of_trees_the_event_has(batches, located, h
             for sid, tree, value in batch:
                 reference.setdefault((sid, tree), []).append(value)
         positions = np.where(np.array(has, dtype=bool), 7, -1).astype(np.int32)
+        tree_mask = np.array([sum(1 << t for t in trees) for trees in needs], np.uint64)
         events = np.array([e for e, _ in located], dtype=np.int64)
         low = np.array([s for _, s in located], dtype=np.int64) << 32
         got = []
         for part in multimap.key_ranges(low, low + (1 << 32)):
-            owner, values = fallback_candidates(*part, events, positions, NO_TREE)
+            owner, values = fallback_candidates(*part, events, positions, tree_mask, NO_TREE)
             assert values.dtype == np.int32
             got += zip(owner.tolist(), values.tolist(), strict=True)
     expected = [(i, v) for i, (event, sid) in enumerate(located)
                 for (s, tree), values in reference.items() if s == sid
-                and (tree == NO_TREE or has[event][tree]) for v in values]
+                and (tree == NO_TREE or has[event][tree]) for v in values
+                if all(has[event][t] for t in needs[v])]
     assert sorted(got) == sorted(expected)
 
 

@@ -189,7 +189,7 @@ psk_verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static const Spec fallback_specs[] = {
     {"first", SIGNED, 8, 0, 1}, {"end", SIGNED, 8, 0, 1}, {"keys", SIGNED, 8, 0, 1},
     {"offsets", SIGNED, 0, 0, 1}, {"values", SIGNED, 4, 0, 1}, {"events", SIGNED, 8, 0, 1},
-    {"positions", SIGNED, 4, 0, 2},
+    {"positions", SIGNED, 4, 0, 2}, {"tree_mask", UNSIGNED, 8, 0, 1},
 };
 
 /* Whether key j of entry i is kept: a single predicate, or a second tree the event has
@@ -198,20 +198,23 @@ static const Spec fallback_specs[] = {
     ((tree = keys[j] & 0xFFFFFFFF) == no_tree || positions[events[i] * n_trees + tree] >= 0)
 #define OFFSET(j) (wide ? offsets64[j] : (int64_t)offsets32[j])
 
-/* fallback_candidates(first, end, keys, offsets, values, events, positions, no_tree) ->
- * (owner, found): for each entry i and each key j in [first[i], end[i]) whose tree is
- * no_tree or one event events[i] has, i and each value of values[offsets[j]:offsets[j +
- * 1]]. Checked first: first, end and events alike in length, events within positions.
- * Checked by the first loop (counting the outputs, before the second fills them): each
- * non-empty range of keys within keys and offsets, each key's tree within positions,
- * each kept key's offsets ascending within values. */
+/* fallback_candidates(first, end, keys, offsets, values, events, positions, tree_mask,
+ * no_tree) -> (owner, found): for each entry i and each key j in [first[i], end[i]) whose
+ * tree is no_tree or one event events[i] has, i and each value of values[offsets[j]:offsets[j
+ * + 1]] whose tree mask tree_mask[value] needs no tree the event lacks (bit t % 64 for
+ * each tree t of positions' row with a position of 0 or more). Checked first: first, end
+ * and events alike in length, events within positions. Checked by the first loop
+ * (counting the outputs' most, before the second fills them): each non-empty range of
+ * keys within keys and offsets, each key's tree within positions, each kept key's offsets
+ * ascending within values. Checked by the second: each value read within tree_mask. */
 PyObject *
 psk_fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     static const char *func = "fallback_candidates";
     Py_buffer v[COUNT(fallback_specs)];
     int64_t no_tree;
-    if (!psk_check_nargs(func, nargs, 8) || !psk_scalar(args[7], &no_tree)
+    if (!psk_check_nargs(func, nargs, COUNT(fallback_specs) + 1)
+        || !psk_scalar(args[COUNT(fallback_specs)], &no_tree)
         || !ACQUIRE(func, args, fallback_specs, v))
         return NULL;
     const int64_t *first = I64(v[0]), *end = I64(v[1]), *keys = I64(v[2]);
@@ -220,17 +223,31 @@ psk_fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     const int32_t *offsets32 = I32(v[3]), *values = I32(v[4]);
     const int64_t *events = I64(v[5]);
     const int32_t *positions = I32(v[6]);
+    const uint64_t *tree_mask = U64(v[7]);
     Py_ssize_t n = LEN(v[0]), n_trees = v[6].shape[1], n_values = LEN(v[4]);
+    Py_ssize_t n_events = v[6].shape[0], n_masks = LEN(v[7]);
     Py_ssize_t n_keys = LEN(v[2]) < LEN(v[3]) - 1 ? LEN(v[2]) : LEN(v[3]) - 1;
     if (LEN(v[1]) != n || LEN(v[5]) != n)
         return psk_refuse(v, COUNT(fallback_specs),
                           "fallback_candidates(): first, end and events differ in length");
-    if (psk_first_outside(events, n, 0, v[6].shape[0]) >= 0)
+    if (psk_first_outside(events, n, 0, n_events) >= 0)
         return psk_refuse_arg(v, COUNT(fallback_specs), func, "events",
                               "holds an event outside positions");
+    uint64_t *has = malloc((n_events ? n_events : 1) * sizeof(uint64_t));
+    if (!has) {
+        psk_release(v, COUNT(fallback_specs));
+        return PyErr_NoMemory();
+    }
     int64_t total = 0, tree;
     const char *bad = NULL;
     Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t e = 0; e < n_events; e++) {
+        uint64_t mask = 0;
+        for (Py_ssize_t t = 0; t < n_trees; t++)
+            if (positions[e * n_trees + t] >= 0)
+                mask |= (uint64_t)1 << (t & 63);
+        has[e] = mask;
+    }
     for (Py_ssize_t i = 0; i < n && !bad; i++) {
         if (first[i] < end[i] && (first[i] < 0 || end[i] > n_keys)) {
             bad = "first";
@@ -257,12 +274,15 @@ psk_fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     Py_END_ALLOW_THREADS
-    if (bad)
+    if (bad) {
+        free(has);
         return psk_refuse_arg(v, COUNT(fallback_specs), func, bad,
                               "leads to a key, tree or value outside its column");
+    }
     PyObject *owner_column = psk_new_int64_column(total);
     PyObject *found_column = PyByteArray_FromStringAndSize(NULL, total * sizeof(int32_t));
     if (!owner_column || !found_column) {
+        free(has);
         Py_XDECREF(owner_column);
         Py_XDECREF(found_column);
         psk_release(v, COUNT(fallback_specs));
@@ -270,17 +290,40 @@ psk_fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     int64_t *owner = (int64_t *)PyByteArray_AS_STRING(owner_column);
     int32_t *found = (int32_t *)PyByteArray_AS_STRING(found_column);
-    Py_BEGIN_ALLOW_THREADS
     int64_t k = 0;
-    for (Py_ssize_t i = 0; i < n; i++)
-        for (int64_t j = first[i]; j < end[i]; j++)
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !bad; i++) {
+        uint64_t lacks = ~has[events[i]];
+        for (int64_t j = first[i]; j < end[i] && !bad; j++)
             if (FALLBACK_KEEPS(j, i))
                 for (int64_t at = OFFSET(j); at < OFFSET(j + 1); at++) {
+                    int32_t cid = values[at];
+                    if (cid < 0 || cid >= n_masks) {
+                        bad = "values";
+                        break;
+                    }
+                    /* a conjunct needing a tree the event lacks cannot match it */
+                    if (tree_mask[cid] & lacks)
+                        continue;
                     owner[k] = i;
-                    found[k++] = values[at];
+                    found[k++] = cid;
                 }
+    }
     Py_END_ALLOW_THREADS
+    free(has);
+    if (bad) {
+        Py_DECREF(owner_column);
+        Py_DECREF(found_column);
+        return psk_refuse_arg(v, COUNT(fallback_specs), func, bad,
+                              "holds a conjunct outside tree_mask");
+    }
     psk_release(v, COUNT(fallback_specs));
+    if (PyByteArray_Resize(owner_column, k * (Py_ssize_t)sizeof(int64_t)) < 0
+        || PyByteArray_Resize(found_column, k * (Py_ssize_t)sizeof(int32_t)) < 0) {
+        Py_DECREF(owner_column);
+        Py_DECREF(found_column);
+        return NULL;
+    }
     return Py_BuildValue("(NN)", owner_column, found_column);
 }
 
