@@ -7,6 +7,8 @@
   client under the output record writer;
 * :mod:`psmatch.adapters.state`: the subscription state in Redis (current subscriptions,
   the versioned change log, the applied offsets) and every Redis key the service writes;
+* :mod:`psmatch.adapters.state_scripts`: the Lua scripts that change that state, each
+  in one atomic step;
 * :mod:`psmatch.adapters.redis_retry`: the backoff that waits out a Redis outage, and this
   process's retry figures;
 * :mod:`psmatch.adapters.arrow`: Arrow columns built from and read into numpy, from their

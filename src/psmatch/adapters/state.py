@@ -24,8 +24,8 @@ This module owns every Redis key the service writes (all under one prefix, defau
     A change whose offset is not above it is skipped, so applying the same micro-batch
     twice (a replay after a crash) leaves the same state and the same version.
 
-Each :meth:`StateStore.apply` chunk runs as one Lua script, so readers never see half
-of a chunk.
+Each :meth:`StateStore.apply` chunk runs as one Lua script
+(:mod:`psmatch.adapters.state_scripts`), so readers never see half of a chunk.
 
 Redis outages are waited out here, for every caller (the driver's ``foreachBatch`` and
 the executors' Python workers alike): a connection error or timeout is retried with
@@ -56,6 +56,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from psmatch.adapters.redis_retry import backoff_delay, note_recovered, note_retry
+from psmatch.adapters.state_scripts import APPLY_LUA, REBUILD_LUA
 from psmatch.adapters.tls_probe import redis_tls_refusal
 from psmatch.errors import PsmatchError
 
@@ -159,66 +160,6 @@ class ApplyResult:
     skipped: int
 
 
-_APPLY_LUA = """
-local retention = tonumber(ARGV[1])
-local floor = tonumber(ARGV[2])  -- the version before the apply() this chunk is part of
-local v = tonumber(redis.call('GET', KEYS[2]) or '0')
-local applied = 0
-local skipped = 0
-local last = {}  -- per source: the last applied offset, read once, written once
-local i = 3
-while i <= #ARGV do
-  local src = ARGV[i]
-  local off = tonumber(ARGV[i + 1])
-  local op = ARGV[i + 2]
-  local id = ARGV[i + 3]
-  local rec = ARGV[i + 4]
-  local nf = ARGV[i + 5]
-  i = i + 6
-  if last[src] == nil then
-    last[src] = tonumber(redis.call('HGET', KEYS[4], src) or '-1')
-  end
-  if off > last[src] then
-    last[src] = off
-    if op == 'put' then
-      redis.call('HSET', KEYS[1], id, rec)
-      v = v + 1
-      if nf == '' then
-        redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec)
-      else
-        redis.call('XADD', KEYS[3], v .. '-0', 'op', 'put', 'id', id, 'rec', rec, 'nf', nf)
-      end
-      applied = applied + 1
-    elseif redis.call('HDEL', KEYS[1], id) == 1 then
-      v = v + 1
-      redis.call('XADD', KEYS[3], v .. '-0', 'op', 'del', 'id', id)
-      applied = applied + 1
-    else
-      skipped = skipped + 1
-    end
-  else
-    skipped = skipped + 1
-  end
-end
-for src, off in pairs(last) do
-  redis.call('HSET', KEYS[4], src, off)
-end
-redis.call('SET', KEYS[2], v)
-local keep_from = math.min(v - retention, floor) + 1
-if keep_from > 1 then
-  redis.call('XTRIM', KEYS[3], 'MINID', keep_from .. '-0')
-end
-return {v, applied, skipped}
-"""
-
-_REBUILD_LUA = """
-local v = tonumber(redis.call('GET', KEYS[2]) or '0') + 1
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-redis.call('SET', KEYS[2], v)
-return v
-"""
-
-
 class StateStore:
     """Reads and writes the subscription state under one Redis key prefix.
 
@@ -259,8 +200,8 @@ class StateStore:
         # redis-py): a worker's catch-up reads every change of the log
         self._raw = redis.Redis(connection_pool=client.connection_pool)
         del self._raw.response_callbacks["XRANGE"]
-        self._apply = client.register_script(_APPLY_LUA)
-        self._rebuild = client.register_script(_REBUILD_LUA)
+        self._apply = client.register_script(APPLY_LUA)
+        self._rebuild = client.register_script(REBUILD_LUA)
 
     @classmethod
     def from_url(

@@ -21,10 +21,12 @@ small enough to stay in cache), and the candidates' first unchecked rows are fou
 first pass whose loads do not depend on each other, so the processor overlaps their
 misses; this made the candidates about three times cheaper than the numpy passes on
 BE-Gen workloads. Splitting the candidates into cache-sized blocks, or partitioning them
-by conjunct id first, measured slower. Most candidates at a million subscriptions fail on
-an attribute their event lacks; each conjunct's tree mask (8 bytes) drops those before
-their rows, and their other columns, are read (docs/benchmarks.md, *Compiled loops in
-C*; ``bench/bench_matchers.py`` measures the matchers).
+by conjunct id first, measured slower. Most conjuncts a lookup finds at a million
+subscriptions need an attribute their event lacks; each conjunct's tree mask (8 bytes)
+drops those before their rows, and their other columns, are read: PSTHash's fallback
+scan drops them before they become candidates, verification the others
+(docs/matching.md, *PSTBloom* and *PSTHash*; ``bench/bench_matchers.py`` measures the
+matchers).
 """
 
 from __future__ import annotations
