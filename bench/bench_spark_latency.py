@@ -57,7 +57,7 @@ from psmatch.adapters.kafka.reader import TopicReader  # noqa: E402
 from psmatch.adapters.kafka.security import spark_kafka_options  # noqa: E402
 from psmatch.devservers.services import release_shared_services, shared_services  # noqa: E402
 from psmatch.service.config import ServiceConfig  # noqa: E402
-from psmatch.service.job import build_spark, stop_query  # noqa: E402
+from psmatch.service.job import build_spark, kafka_source, stop_query  # noqa: E402
 
 log = logging.getLogger("bench")
 JOB_REPEATS = 15
@@ -128,7 +128,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     log.info("one batch job: %s", floor)
     opts = spark_kafka_options(config.bootstrap_servers, config.kafka_security)
     query = (
-        spark.readStream.format("kafka").options(**opts).option("subscribe", source)
+        kafka_source(spark, config).option("subscribe", source)
         .option("startingOffsets", "earliest").load()
         .select("key", "value", F.unix_millis("timestamp").alias("ts"),
                 F.lit(sink).alias("topic"))

@@ -35,6 +35,7 @@ from psmatch.adapters.kafka.reader import TopicReader
 from psmatch.service.config import ServiceConfig
 from psmatch.service.job import (
     BatchReport,
+    kafka_source,
     stop_query,
 )
 
@@ -421,7 +422,7 @@ def ceiling(spark: Any, config: ServiceConfig, producer: JsonProducer, events: l
     opts = spark_kafka_options(config.bootstrap_servers, config.kafka_security)
     sink_opts = {f"kafka.{k}": v for k, v in sink_settings(config.sink_compression).items()}
     query = (
-        spark.readStream.format("kafka").options(**opts).option("subscribe", source)
+        kafka_source(spark, config).option("subscribe", source)
         .option("startingOffsets", "earliest").load()
         .select("key", "value", F.lit(sink).alias("topic"))
         .mapInArrow(decode_only, "topic STRING, key BINARY, value BINARY")

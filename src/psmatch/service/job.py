@@ -451,6 +451,27 @@ def prepare(config: ServiceConfig) -> None:
     )
 
 
+FETCH_MAX_WAIT_MS = 20
+"""How long the broker may hold a fetch of Spark's Kafka source that finds no new record
+(``fetch.max.wait.ms``; Kafka's default is 500). The consumer sends its next fetch
+before it hands over what it read, and a task of the next batch waits for that parked
+fetch: at the default, about one batch in three that applied new subscriptions spent
+0.45-0.6 s waiting outside the workers' steps (``bench/bench_streaming.py
+--first-match-rate``, docs/bench-streaming.md); at this value the wait is gone. The
+consumers poll only inside tasks, so a short wait costs the broker no fetches between
+batches."""
+
+
+def kafka_source(spark: Any, config: ServiceConfig) -> Any:
+    """Spark's Kafka source with the client options of every query here: the security
+    settings and :data:`FETCH_MAX_WAIT_MS`. The caller adds what to read."""
+    return (
+        spark.readStream.format("kafka")
+        .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
+        .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS))
+    )
+
+
 def start_query(
     config: ServiceConfig,
     spark: Any,
@@ -465,8 +486,7 @@ def start_query(
     else:
         inputs = ("subscribe", f"{config.subscriptions_topic},{config.events_topic}")
     reader = (
-        spark.readStream.format("kafka")
-        .options(**spark_kafka_options(config.bootstrap_servers, config.kafka_security))
+        kafka_source(spark, config)
         .option(*inputs)
         .option("startingOffsets", config.starting_offsets)
         # compaction of the subscriptions topic removes offsets: not a loss
