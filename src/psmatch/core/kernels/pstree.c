@@ -46,6 +46,21 @@ inside_any_interval(int64_t pos, const int32_t *runs, int64_t start, int64_t n_r
     return 0;
 }
 
+/* has[e]: the tree mask of event e's row of the [n_events, n_trees] position matrix, bit
+ * t % 64 set for each tree t it has a position in (0 or more). */
+static void
+event_tree_masks(const int32_t *positions, Py_ssize_t n_events, Py_ssize_t n_trees,
+                 uint64_t *has)
+{
+    for (Py_ssize_t e = 0; e < n_events; e++) {
+        uint64_t mask = 0;
+        for (Py_ssize_t t = 0; t < n_trees; t++)
+            if (positions[e * n_trees + t] >= 0)
+                mask |= (uint64_t)1 << (t & 63);
+        has[e] = mask;
+    }
+}
+
 static const Spec verify_specs[] = {
     {"events", SIGNED, 8, 0, 1}, {"cids", SIGNED, 8, 0, 1}, {"checked", SIGNED, 4, 0, 1},
     {"positions", SIGNED, 4, 0, 2}, {"alive", BOOL, 1, 0, 1},
@@ -112,14 +127,8 @@ psk_verify_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t n_kept = 0;
     const char *bad = NULL;
     Py_BEGIN_ALLOW_THREADS
-    /* Pass 0: the mask of the trees each event has (bit t % 64 for tree t). */
-    for (Py_ssize_t e = 0; e < n_events; e++) {
-        uint64_t mask = 0;
-        for (Py_ssize_t t = 0; t < n_trees; t++)
-            if (positions[e * n_trees + t] >= 0)
-                mask |= (uint64_t)1 << (t & 63);
-        has[e] = mask;
-    }
+    /* Pass 0: the mask of the trees each event has. */
+    event_tree_masks(positions, n_events, n_trees, has);
     /* Pass 1: each live candidate's first unchecked row (-1: dead, or it needs a tree its
      * event lacks), and its conjunct's end; these loads do not depend on each other, so
      * the processor overlaps their cache misses. */
@@ -241,13 +250,7 @@ psk_fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t total = 0, tree;
     const char *bad = NULL;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t e = 0; e < n_events; e++) {
-        uint64_t mask = 0;
-        for (Py_ssize_t t = 0; t < n_trees; t++)
-            if (positions[e * n_trees + t] >= 0)
-                mask |= (uint64_t)1 << (t & 63);
-        has[e] = mask;
-    }
+    event_tree_masks(positions, n_events, n_trees, has);
     for (Py_ssize_t i = 0; i < n && !bad; i++) {
         if (first[i] < end[i] && (first[i] < 0 || end[i] > n_keys)) {
             bad = "first";
