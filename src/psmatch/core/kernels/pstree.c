@@ -213,9 +213,10 @@ static const Spec fallback_specs[] = {
  * + 1]] whose tree mask tree_mask[value] needs no tree the event lacks (bit t % 64 for
  * each tree t of positions' row with a position of 0 or more). Checked first: first, end
  * and events alike in length, events within positions. Checked by the first loop
- * (counting the outputs' most, before the second fills them): each non-empty range of
- * keys within keys and offsets, each key's tree within positions, each kept key's offsets
- * ascending within values. Checked by the second: each value read within tree_mask. */
+ * (counting the outputs' greatest length, before the second fills them): each non-empty
+ * range of keys within keys and offsets, each key's tree within positions, each kept
+ * key's offsets ascending within values. Checked by the second: each value read within
+ * tree_mask. */
 PyObject *
 psk_fallback_candidates(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
