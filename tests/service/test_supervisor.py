@@ -6,10 +6,13 @@ The failure texts are shortened copies of what ``str(query.exception())`` holds.
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 
 import pytest
+from py4j.java_gateway import GatewayClient, GatewayParameters
 
-from psmatch.service.cli.run import query_failure
+from psmatch.service.cli.run import _not_py4j_on_root, query_failure
 from psmatch.service.supervisor import RESTART_CAP_S, RestartBudget, classify_failure
 
 PY_TRACEBACK = """[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided
@@ -72,6 +75,44 @@ def test_the_failure_is_logged_in_full_at_debug_only(caplog: pytest.LogCaptureFi
     query_failure(REFUSED)
     [record] = caplog.records
     assert record.levelno == logging.DEBUG and REFUSED in record.getMessage()
+
+
+def root_records_of_an_unanswered_py4j_call(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The root logger's records while py4j calls a gateway that closes each connection
+    unanswered, as the JVM's end does when a stop closes it, then logs one of its own."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def close_unanswered() -> None:
+        for _ in range(2):  # py4j tries once more on an empty answer
+            connection, _ = server.accept()
+            connection.recv(1024)
+            connection.close()
+
+    closer = threading.Thread(target=close_unanswered, daemon=True)
+    closer.start()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        client = GatewayClient(gateway_parameters=GatewayParameters(port=server.getsockname()[1]))
+        assert client.send_command("c\nt\ngetName\ne\n") == "x"  # py4j's error answer
+        logging.info("a record of our own")
+    closer.join(5)
+    server.close()
+    return [r.getMessage() for r in caplog.records if r.name == "root"]
+
+
+def test_py4j_reports_on_the_root_logger_are_dropped_and_others_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """py4j logs "Exception while sending command." with its traceback on the root
+    logger; the filter ``psmatch run`` puts there drops that and nothing else."""
+    unfiltered = root_records_of_an_unanswered_py4j_call(caplog)
+    assert "Exception while sending command." in unfiltered
+    root = logging.getLogger()
+    root.addFilter(_not_py4j_on_root)
+    try:
+        assert root_records_of_an_unanswered_py4j_call(caplog) == ["a record of our own"]
+    finally:
+        root.removeFilter(_not_py4j_on_root)
 
 
 class FakeClock:

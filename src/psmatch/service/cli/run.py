@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
 from pathlib import Path
@@ -81,10 +82,12 @@ def query_failure(text: str) -> QueryFailure:
     return classify_failure(text)
 
 
-def _not_an_asked_stop(record: logging.LogRecord) -> bool:
-    """False for py4j's report of a call into Spark interrupted by the stop that SIGTERM
-    or Ctrl-C asked for (an ERROR with its traceback, logged on the root logger)."""
-    return record.getMessage() != "KeyboardInterrupt while sending command."
+def _not_py4j_on_root(record: logging.LogRecord) -> bool:
+    """False for py4j's reports of a call into Spark that got no answer, which py4j logs
+    with their tracebacks on the root logger, not its own: a call interrupted by the stop
+    that SIGTERM or Ctrl-C asked for, or one whose connection the stop closed ("Answer
+    from Java side is empty"). The caller sees the failure itself; psmatch reports it."""
+    return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 def _transient(exc: PsmatchError) -> bool:
@@ -120,7 +123,7 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     if cfg.log_level.upper() != "DEBUG":
-        logging.getLogger().addFilter(_not_an_asked_stop)
+        logging.getLogger().addFilter(_not_py4j_on_root)
     try:
         if args.start_local:
             ours = start_local_servers(cfg, data_dir, SERVER_KINDS)
