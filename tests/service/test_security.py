@@ -232,7 +232,9 @@ def test_a_refusal_is_one_clear_line_at_once(
     else:
         cmd = ["run", *args]
     retries = redis_retry_stats().retries
+    root_filters = list(logging.getLogger().filters)
     assert main(cmd) == 1
+    assert logging.getLogger().filters == root_filters  # run takes its log filter off again
     out = capsys.readouterr()
     lines = out.err.strip().splitlines()
     assert len(lines) == 1, out.err

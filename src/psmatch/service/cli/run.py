@@ -186,3 +186,5 @@ def cmd_run(args: argparse.Namespace, cfg: ServiceConfig) -> int:
             metrics_server.stop()
         if stopping:
             log.info("stopped")
+        # the process may go on (a test calling main(), say) with its root logger as it was
+        logging.getLogger().removeFilter(_not_py4j_on_root)
