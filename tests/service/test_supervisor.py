@@ -1,4 +1,5 @@
-"""Which query failures are restarted, and the restart budget (pure logic).
+"""Which query failures are restarted, and the restart budget (pure logic); which of
+py4j's log records ``psmatch run`` drops (py4j against a socket that answers nothing).
 
 The failure texts are shortened copies of what ``str(query.exception())`` holds.
 """
