@@ -1,7 +1,8 @@
 """End-to-end benchmark of the streaming service (a script, not a test).
 
 Starts its own Kafka broker and Redis (or uses ``--bootstrap-servers``/``--redis-url``),
-generates a BE-Gen workload with ``python -m psmatch.begen``, subscribes all of it, runs
+generates a workload (BE-Gen's, ``python -m psmatch.begen``, or with ``--workload flights``
+watches over real flights, ``bench/flights_workload.py``), subscribes all of it, runs
 the Spark job in this process and measures:
 
 1. *throughput*: a backlog of events is published at once and drained; events/s in and
@@ -113,15 +114,26 @@ from streaming_phases import (  # noqa: E402
     wait,
     warm_up,
 )
-from streaming_report import plot, record_run, render, render_delivery, render_runs  # noqa: E402
+from streaming_report import (  # noqa: E402
+    BEGEN,
+    plot,
+    record_run,
+    render,
+    render_delivery,
+    render_runs,
+)
 
 log = logging.getLogger("bench")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--workload", choices=("begen", "flights"), default="begen",
+                    help="the subscriptions and events: BE-Gen's (python -m psmatch.begen) or "
+                         "watches of routes and days over real flights "
+                         "(bench/flights_workload.py)")  # fmt: skip
     ap.add_argument("--subscriptions", type=int, default=100_000)
-    ap.add_argument("--event-pool", type=int, default=20_000, help="distinct BE-Gen events")
+    ap.add_argument("--event-pool", type=int, default=20_000, help="distinct events")
     ap.add_argument("--matching-probability", type=float, default=None,
                     help="BE-Gen matching probability (default: psmatch.begen's)")  # fmt: skip
     ap.add_argument("--backlog", type=int, default=20_000, help="events of the throughput phase")
@@ -163,16 +175,20 @@ def main() -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     work = Path(tempfile.mkdtemp(prefix="psmatch-bench-"))
-    gen = [sys.executable, "-m", "psmatch.begen", "--subscriptions", str(args.subscriptions),
-           "--events", str(args.event_pool), "--out", str(work / "workload"),
-           "--measure-subscriptions", "0"]  # fmt: skip
-    if args.matching_probability is not None:
-        gen += ["--matching-probability", str(args.matching_probability)]
-    log.info("generating the BE-Gen workload: %s", " ".join(gen[2:]))
+    workload = work / "workload"
+    sizes = ["--subscriptions", str(args.subscriptions), "--events", str(args.event_pool),
+             "--out", str(workload)]  # fmt: skip
+    if args.workload == "begen":
+        gen = [sys.executable, "-m", "psmatch.begen", *sizes, "--measure-subscriptions", "0"]
+        if args.matching_probability is not None:
+            gen += ["--matching-probability", str(args.matching_probability)]
+    else:
+        gen = [sys.executable, str(ROOT / "bench" / "flights_workload.py"), *sizes]
+    log.info("generating the workload: %s", " ".join(gen[1:]))
     subprocess.run(gen, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     subs = [line.split("\t", 1) for line in
-            (work / "workload" / "subscriptions.tsv").read_text().splitlines() if line]  # fmt: skip
-    events = (work / "workload" / "events.jsonl").read_text().splitlines()
+            (workload / "subscriptions.tsv").read_text().splitlines() if line]  # fmt: skip
+    events = (workload / "events.jsonl").read_text().splitlines()
 
     started = args.bootstrap_servers is None or args.redis_url is None
     services = shared_services() if started else None
@@ -194,10 +210,11 @@ def main() -> int:
         delivery=modes[0],
     )
     reports: list[BatchReport] = []
-    params = json.loads((work / "workload" / "params.json").read_text())
+    params = json.loads((workload / "params.json").read_text())
     results: dict[str, Any] = {
-        "subscriptions": len(subs), "matcher": args.matcher, "trigger_s": args.trigger,
-        "shards": args.shards, "delivery": modes,
+        "workload": params.get("workload", BEGEN), "subscriptions": len(subs),
+        "matcher": args.matcher, "trigger_s": args.trigger, "shards": args.shards,
+        "delivery": modes,
         "matching_probability": params.get("matching_probability", "default"),
     }  # fmt: skip
     # the broker stamps each notification with the time it appended it, when a consumer

@@ -109,7 +109,9 @@ def _spark_rows(ms: dict[str, float]) -> str:
     return "\n".join(rows)
 
 
-RUN_FIELDS = ("subscriptions", "matcher", "shards")
+BEGEN = "BE-Gen"
+"""The workload of a run given no ``--workload``: ``python -m psmatch.begen``'s."""
+RUN_FIELDS = ("workload", "subscriptions", "matcher", "shards")
 """What makes a configuration: the runs file keeps the latest run of each."""
 
 
@@ -123,8 +125,8 @@ def record_run(directory: Path, r: dict[str, Any], command: str) -> list[dict[st
     mib = 2**20
     churn, worker = r.get("churn"), r["new_worker"]
     run = {
-        "subscriptions": r["subscriptions"], "matcher": r["matcher"], "shards": r["shards"],
-        "command": command,
+        "workload": r["workload"], "subscriptions": r["subscriptions"],
+        "matcher": r["matcher"], "shards": r["shards"], "command": command,
         "notifications_per_event": r["matches_per_event"],
         "subscribe_s": r["subscribe_s"],
         "first_notification_s": r.get("first_notification_s"),
@@ -143,7 +145,7 @@ def record_run(directory: Path, r: dict[str, Any], command: str) -> list[dict[st
         "latency_quantiles_ms": r["latency_quantiles_ms"],
     }  # fmt: skip
     runs = [x for x in runs if any(x[k] != run[k] for k in RUN_FIELDS)] + [run]
-    runs.sort(key=lambda x: (x["matcher"], x["shards"], x["subscriptions"]))
+    runs.sort(key=lambda x: (x["workload"], x["matcher"], x["shards"], x["subscriptions"]))
     path.write_text(json.dumps(runs, indent=1) + "\n")
     return runs
 
@@ -159,11 +161,16 @@ def _seconds(s: float | None) -> str:
     return "–" if s is None else f"{s:.1f} s"
 
 
+def _subscriptions(x: dict[str, Any]) -> str:
+    """A run's subscriptions: their number, and their workload unless it is BE-Gen's."""
+    return f"{x['subscriptions']:,}" + ("" if x["workload"] == BEGEN else f" {x['workload']}")
+
+
 def render_runs(runs: list[dict[str, Any]]) -> str:
     """docs/bench-streaming.md's results table: a row per recorded configuration."""
     rows = []
-    for x in sorted(runs, key=lambda x: (x["subscriptions"], x["matcher"] != "psthash",
-                                         x["shards"])):  # fmt: skip
+    for x in sorted(runs, key=lambda x: (x["workload"] != BEGEN, x["subscriptions"],
+                                         x["matcher"] != "psthash", x["shards"])):  # fmt: skip
         shards = f" in {x['shards']} shards" if x["shards"] > 1 else ""
         churn = ("–" if x["churn_changes"] is None else
                  f"{x['churn_changes']:,} at **{x['churn_changes_per_s']:,.0f} changes/s** "
@@ -171,7 +178,7 @@ def render_runs(runs: list[dict[str, Any]]) -> str:
         replayed = ("" if not x["new_worker_replayed"] else
                     f", {x['new_worker_replayed']:,} changes replayed")  # fmt: skip
         rows.append(
-            f"| {x['subscriptions']:,}, {x['matcher']}{shards} | "
+            f"| {_subscriptions(x)}, {x['matcher']}{shards} | "
             f"{x['notifications_per_event']:,.3g} | {x['subscribe_s']:.1f} s | "
             f"{_seconds(x.get('first_notification_s'))} | "
             f"**{x['events_per_s']:,.0f} events/s** | {x['ceiling_events_per_s']:,.0f} events/s | "
@@ -181,8 +188,8 @@ def render_runs(runs: list[dict[str, Any]]) -> str:
             f"{x['new_worker_peak_mib']:,.0f} MiB) | **{x['worker_peak_mib']:,.0f} MiB** | "
             f"{x['index_mib']:,.0f} MiB |")
     commands = [f".venv/bin/python bench/bench_streaming.py {x['command']}"
-                for x in sorted(runs, key=lambda x: (x["subscriptions"], x["matcher"],
-                                                     x["shards"]))]  # fmt: skip
+                for x in sorted(runs, key=lambda x: (x["workload"] != BEGEN, x["subscriptions"],
+                                                     x["matcher"], x["shards"]))]  # fmt: skip
     return f"""\
 Written by `bench/bench_streaming.py --docs docs` from its latest run of each
 configuration (`docs/bench-streaming-runs.json`), each run by one of these commands:
@@ -205,7 +212,8 @@ def plot(runs: list[dict[str, Any]], directory: Path) -> None:
     import matplotlib.pyplot as plt
 
     def label(x: dict[str, Any]) -> str:
-        return f"{x['matcher']}, {x['shards']} shard(s)"
+        workload = "" if x["workload"] == BEGEN else f"{x['workload']}, "
+        return f"{workload}{x['matcher']}, {x['shards']} shard(s)"
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for name in sorted({label(x) for x in runs}):
@@ -279,13 +287,22 @@ start to start |
 {first_row}"""
 
 
+def _workload(r: dict[str, Any]) -> str:
+    """The run's subscriptions as its report names them."""
+    if r["workload"] != BEGEN:
+        return (f"{r['subscriptions']:,} subscriptions of the workload {r['workload']} "
+                f"(~{r['matches_per_event']:,.0f} notifications per event)")
+    return (f"{r['subscriptions']:,} BE-Gen subscriptions (matching probability "
+            f"{r['matching_probability']}, i.e. ~{r['matches_per_event']:,.0f} notifications "
+            "per event)")
+
+
 def render(r: dict[str, Any]) -> str:
     tp, lat = r["throughput"], r["latency"]
     return f"""\
 Measured with `bench/bench_streaming.py` on {os.cpu_count()} cores of {cpu_model()} (Spark
-local[*], one Kafka broker, one Redis, all on loopback), {r["subscriptions"]:,} BE-Gen subscriptions
-(matching probability {r["matching_probability"]}, i.e. ~{r["matches_per_event"]:,.0f} notifications
-per event), matcher `{r["matcher"]}` in {r["shards"]} shard(s), trigger {r["trigger_s"]} s.
+local[*], one Kafka broker, one Redis, all on loopback), {_workload(r)},
+matcher `{r["matcher"]}` in {r["shards"]} shard(s), trigger {r["trigger_s"]} s.
 Latency: every {SAMPLE_EVERY}th notification of partition 0, the broker's append time less
 its event's timestamp, after {lat["warm_up_s"]:.0f} s of warm-up at the same rate.
 
