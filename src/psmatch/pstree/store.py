@@ -174,7 +174,10 @@ class ConjunctStore(PredicateRows):
 
         Each conjunct's predicates are put in access order: fewest past events in the
         spaces they cover first (the paper's selectivity), then the operator ranking,
-        then fewest spaces covered (the paper's "narrower value sets first").
+        then the smallest share of their tree's spaces covered (the paper's "narrower
+        value sets first", read against each domain, so that before any event
+        ``dest = 'LAX'`` among a hundred destinations comes before ``carrier = 'UA'``
+        among sixteen carriers, not after it by the attributes' names).
         Cost: vectorised work proportional to the spaces the predicates cover, plus O(m)
         per tree that gets new bounds, plus one dictionary lookup per predicate for its
         tree.
@@ -202,7 +205,7 @@ class ConjunctStore(PredicateRows):
         iv_first = np.cumsum(pred_niv) - pred_niv
         rank = operator_ranks(iv_pred, iv_first, pred_niv, lo_bid, lo_closed, hi_bid,
                               hi_closed)
-        order = np.lexsort((cover, rank, fraction, p_conj_column))
+        order = np.lexsort((cover / sizes[pred_tree], rank, fraction, p_conj_column))
         # Rows are written in access order, and the runs of their intervals with them.
         _, iv_order = expand_ranges(iv_first[order], pred_niv[order])
         pred_base = len(self.rows)
