@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from psmatch.core.registry import ConjunctRegistry
 from psmatch.events import flatten_event
-from psmatch.language import Conjunct, Predicate
+from psmatch.language import Conjunct, Kind, Predicate
 from psmatch.language.columns import ConjunctColumns
 from psmatch.pstree.forest import Forest
 from psmatch.pstree.rows import run_field, run_starts
@@ -246,3 +246,15 @@ def test_operator_ranks_of_the_rows_equal_the_predicates_own(texts: list[str]) -
             row = start + store.pred_tree[start : len(store.rows)].tolist().index(tree)
             rank, width = paper_operator_rank(predicate)
             assert ranks[row] == rank * 1024 + min(width, 1023)
+
+
+def test_before_any_event_an_equality_in_the_larger_domain_comes_first() -> None:
+    """With no event seen, equalities tie on past events, on their rank and on the one
+    space each covers; the share of its tree's spaces decides: among a hundred
+    destinations and four carriers, the destination comes first whatever the
+    attributes' names."""
+    watches = [f"carrier = 'c{i % 4}' and dest = 'd{i}'" for i in range(100)]
+    store = Stored(_conjuncts(watches)).store
+    dest = store.forest.tree_of[("dest", Kind.STRING)]
+    first = store.pred_tree[store.pred_start.data[: len(watches)]]
+    assert (first == dest).all()
